@@ -1,0 +1,54 @@
+# The front door. `make run` and `make test` each work as the first command on a fresh clone:
+# both depend on `setup`, which creates .venv, installs the pinned dependencies and generates
+# the gRPC stubs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+GEN := gen
+PROTOS := $(wildcard protos/supermew/v1/*.proto)
+SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
+.DEFAULT_GOAL := help
+.PHONY: help setup proto run test lint bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet -c requirements.lock -e '.[dev]'
+	@touch $@
+
+$(GEN)/.stamp: $(PROTOS) $(VENV)/.installed
+	rm -rf $(GEN) && mkdir -p $(GEN)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(GEN) --pyi_out=$(GEN) \
+		--grpc_python_out=$(GEN) $(PROTOS)
+	@# Put gen/ on the venv's path so the stubs import as `supermew.v1` unmodified.
+	echo "$(CURDIR)/$(GEN)" > "$(SITE)/supermew_gen.pth"
+	@touch $@
+
+setup: $(VENV)/.installed $(GEN)/.stamp ## Create .venv, install pinned dependencies, generate stubs
+
+proto: $(VENV)/.installed ## Regenerate the gRPC stubs from protos/
+	rm -f $(GEN)/.stamp
+	$(MAKE) --no-print-directory $(GEN)/.stamp
+
+run: setup ## Start both services on the embedded default (Ctrl-C stops both)
+	$(PY) -m shared.launch
+
+test: setup ## Run the test suite
+	$(PY) -m pytest
+
+lint: setup ## ruff check + format check, buf lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	cd protos && ../$(VENV)/bin/buf lint
+
+bench: setup ## Run the benchmarks (prints ratios measured in one run)
+	$(PY) -m bench
+
+clean: ## Remove the virtualenv, generated stubs and caches (keeps ./data)
+	rm -rf $(VENV) $(GEN) .pytest_cache .ruff_cache .hypothesis *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

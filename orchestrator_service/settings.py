@@ -1,0 +1,26 @@
+"""Settings of the orchestrator service (API.md "Configuration")."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.settings import ServerSettings
+
+SERVICE_NAME = "supermew.v1.OrchestratorService"
+
+
+class OrchestratorSettings(ServerSettings):
+    orchestrator_port: int = Field(50052, ge=0, le=65535)
+    retrieval_addr: str = Field(
+        "localhost:50051", description="`dns:///name:port` enables client-side balancing."
+    )
+    retrieval_timeout_seconds: float = Field(
+        30.0, gt=0, description="Per-call deadline to retrieval when the caller set none."
+    )
+
+    llm_base_url: str | None = Field(None, description="Unset = the built-in local model.")
+    llm_api_key: str | None = None
+    model: str | None = None
+    grade_model: str | None = Field(None, description="Defaults to MODEL.")
+    fast_model: str | None = Field(None, description="Defaults to MODEL.")
+    llm_timeout_seconds: float = Field(60.0, gt=0)

@@ -1,0 +1,47 @@
+"""Settings of the retrieval service (API.md "Configuration")."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.settings import ServerSettings
+
+SERVICE_NAME = "supermew.v1.RetrievalService"
+
+
+class RetrievalSettings(ServerSettings):
+    retrieval_port: int = Field(50051, ge=0, le=65535)
+
+    milvus_uri: str = Field(
+        "./data/supermew.db",
+        description="A file path ending in .db = embedded Milvus Lite; http(s)://… = a server.",
+    )
+    milvus_token: str | None = None
+    milvus_collection: str = "supermew_chunks"
+
+    retrieval_top_k: int = Field(8, ge=1, le=100)
+    retrieval_candidate_multiplier: int = Field(3, ge=1)
+    # Kept raw: an unparsable value is reported in the retrieval meta
+    # (`candidate_k_config_error`), not a start-up failure (SPEC.md §5 G).
+    retrieval_candidate_k: str | None = None
+    leaf_retrieve_level: int = Field(3, ge=1, le=3)
+    auto_merge_enabled: bool = True
+    auto_merge_threshold: int = 2
+
+    rerank_host: str | None = None
+    rerank_model: str | None = None
+    rerank_api_key: str | None = None
+    rerank_timeout_seconds: float = 5.0
+    rerank_min_score: float = 0.0
+
+    embedding_base_url: str | None = None
+    embedding_model: str | None = None
+    embedding_api_key: str | None = None
+    embedding_dim: int | None = Field(None, gt=0)
+
+    chunk_size: int = Field(800, gt=0, description="L3 size; L1/L2 derive from it (REFERENCE §1.2).")
+    chunk_overlap: int = Field(100, ge=0)
+    max_document_bytes: int = Field(20 * 1024 * 1024, gt=0)
+    samples_dir: str | None = Field(
+        None, description="Folder ingested at start-up when the store is empty (`make run`)."
+    )

@@ -1,0 +1,235 @@
+"""The gRPC runtime both services share: a `grpc.aio` server with health and reflection, one
+interceptor mapping domain errors to API.md status codes, optional bearer-token auth, and
+graceful shutdown (SIGTERM/SIGINT → NOT_SERVING → drain in-flight calls → stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from shared.errors import DomainError
+from shared.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+REFLECTION_SERVICE = reflection.SERVICE_NAME
+_OPEN_PREFIXES = (f"/{HEALTH_SERVICE}/", f"/{REFLECTION_SERVICE}/")
+
+# Downstream gRPC failures that mean "a dependency failed", passed through with their code so
+# a caller can tell an unreachable retrieval service from our own bug (API.md status codes).
+_PASSTHROUGH_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    """The (code, message) an exception maps to, or None for an unexpected exception."""
+    if isinstance(exc, DomainError):
+        return exc.code, exc.message
+    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in _PASSTHROUGH_CODES:
+        return exc.code(), f"downstream call failed: {exc.details()}"
+    if isinstance(exc, TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
+    return None
+
+
+async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, method: str) -> None:
+    mapped = status_for(exc)
+    if mapped is None:
+        log.exception("unhandled error in %s", method, exc_info=exc)
+        mapped = (grpc.StatusCode.INTERNAL, "internal error")
+    elif mapped[0] == grpc.StatusCode.INTERNAL:
+        log.error("%s failed: %s", method, mapped[1])
+    await context.abort(*mapped)
+
+
+def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behavior(request, context)
+        except (DomainError, grpc.aio.AioRpcError, TimeoutError) as exc:
+            await _abort_for(exc, context, method)
+        except Exception as exc:  # the one place unknown errors become INTERNAL
+            await _abort_for(exc, context, method)
+
+    return wrapper
+
+
+def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except Exception as exc:  # the one place unknown errors become INTERNAL
+            await _abort_for(exc, context, method)
+
+    return wrapper
+
+
+class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
+    """Maps `DomainError`s (and downstream UNAVAILABLE / DEADLINE_EXCEEDED) to status codes;
+    anything else becomes INTERNAL with a generic message and a logged traceback."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming:
+            return handler
+        method = handler_call_details.method
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED. Health and
+    reflection stay open so probes and `grpcurl list` work without credentials."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method or ""
+        if method.startswith(_OPEN_PREFIXES):
+            return await continuation(handler_call_details)
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        supplied = str(metadata.get("authorization", "")).encode()
+        if hmac.compare_digest(supplied, self._expected):
+            return await continuation(handler_call_details)
+        return _unauthenticated_handler(await continuation(handler_call_details))
+
+
+def _unauthenticated_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
+    async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+
+    async def deny_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+        yield  # pragma: no cover - makes this an async generator
+
+    deserializer = handler.request_deserializer if handler else None
+    serializer = handler.response_serializer if handler else None
+    if handler is not None and handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(deny_stream, deserializer, serializer)
+    return grpc.unary_unary_rpc_method_handler(deny, deserializer, serializer)
+
+
+class GrpcServer:
+    """One service's server: its servicers plus health (`""` and the service's full name) and
+    reflection, behind the error-mapping and (optional) auth interceptors."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        port: int,
+        service_names: Sequence[str],
+        add_servicers: Callable[[grpc.aio.Server], None],
+    ) -> None:
+        self._settings = settings
+        self._requested_port = port
+        self._service_names = tuple(service_names)
+        self._add_servicers = add_servicers
+        self._server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self._settings.bind_host}:{self.port}"
+
+    def _build(self) -> grpc.aio.Server:
+        # grpc.aio binds a server to the running event loop, so it is built in start().
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self._settings.auth_token:
+            interceptors.append(BearerTokenInterceptor(self._settings.auth_token))
+        interceptors.append(ErrorMappingInterceptor())
+        size = self._settings.grpc_max_message_bytes
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_send_message_length", size),
+                ("grpc.max_receive_message_length", size),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        self._add_servicers(server)
+        reflection.enable_server_reflection(
+            (*self._service_names, HEALTH_SERVICE, REFLECTION_SERVICE), server
+        )
+        return server
+
+    async def start(self) -> int:
+        """Bind and start; returns the bound port (an ephemeral one when asked for port 0)."""
+        self._server = server = self._build()
+        self.port = server.add_insecure_port(
+            f"{self._settings.bind_host}:{self._requested_port}"
+        )
+        if self.port == 0:
+            raise OSError(f"cannot bind {self._settings.bind_host}:{self._requested_port}")
+        await server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        log.info("serving %s on %s", ", ".join(self._service_names), self.address)
+        return self.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING first (so balancers stop sending), then let in-flight calls finish for
+        up to `grace` seconds, then cancel what is left."""
+        grace = self._settings.shutdown_grace_seconds if grace is None else grace
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        log.info("draining %s (grace %.1fs)", self.address, grace)
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def _set_health(self, status: int) -> None:
+        for name in ("", *self._service_names):
+            await self.health.set(name, status)
+
+
+async def serve(
+    server: GrpcServer, *, on_stop: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Run `server` until SIGTERM or SIGINT, then drain it and run `on_stop` (closing clients)."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    await server.start()
+    try:
+        await stop_requested.wait()
+        log.info("shutdown requested")
+        await server.stop()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if on_stop is not None:
+            await on_stop()

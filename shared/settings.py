@@ -1,0 +1,32 @@
+"""Typed settings read once from the environment (names of API.md "Configuration"). Each
+service's composition root builds one settings object and passes it down; nothing else reads
+the environment."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    """What every gRPC server of the project shares."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    bind_host: str = Field("127.0.0.1", description="Listen address (0.0.0.0 in containers).")
+    auth_token: str | None = Field(
+        None, description="When set, every RPC but health needs `authorization: Bearer <token>`."
+    )
+    grpc_max_message_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="Max gRPC message size, both directions."
+    )
+    shutdown_grace_seconds: float = Field(
+        10.0, ge=0, description="How long in-flight calls may finish after SIGTERM."
+    )
+    log_format: Literal["text", "json"] = Field("text", description="`json` for JSON lines.")
+    log_level: str = Field("INFO", description="Python logging level name.")
+    max_question_chars: int = Field(
+        4000, gt=0, description="Longer questions, queries and user answers are INVALID_ARGUMENT."
+    )
