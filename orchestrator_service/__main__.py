@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from supermew.v1 import orchestrator_pb2  # noqa: F401  (descriptors for reflection)
+
 from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
 from shared.logs import configure_logging
-from supermew.v1 import orchestrator_pb2  # noqa: F401  (registers the descriptors for reflection)
 from shared.serve import GrpcServer, serve
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from supermew.v1 import retrieval_pb2  # noqa: F401  (descriptors for reflection)
+
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.logs import configure_logging
-from supermew.v1 import retrieval_pb2  # noqa: F401  (registers the descriptors for reflection)
 from shared.serve import GrpcServer, serve
 
 

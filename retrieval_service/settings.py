@@ -39,7 +39,8 @@ class RetrievalSettings(ServerSettings):
     embedding_api_key: str | None = None
     embedding_dim: int | None = Field(None, gt=0)
 
-    chunk_size: int = Field(800, gt=0, description="L3 size; L1/L2 derive from it (REFERENCE §1.2).")
+    # L3 size; L1/L2 sizes derive from it (REFERENCE.md §1.2).
+    chunk_size: int = Field(800, gt=0)
     chunk_overlap: int = Field(100, ge=0)
     max_document_bytes: int = Field(20 * 1024 * 1024, gt=0)
     samples_dir: str | None = Field(

@@ -187,9 +187,7 @@ class GrpcServer:
     async def start(self) -> int:
         """Bind and start; returns the bound port (an ephemeral one when asked for port 0)."""
         self._server = server = self._build()
-        self.port = server.add_insecure_port(
-            f"{self._settings.bind_host}:{self._requested_port}"
-        )
+        self.port = server.add_insecure_port(f"{self._settings.bind_host}:{self._requested_port}")
         if self.port == 0:
             raise OSError(f"cannot bind {self._settings.bind_host}:{self._requested_port}")
         await server.start()
