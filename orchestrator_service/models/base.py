@@ -1,0 +1,85 @@
+"""The `ModelClient` interface: one method per model task of API.md, each returning its task's
+schema-valid output. Implementations: the OpenAI-compatible remote client and the built-in
+local model. The workflow's own rules (sub-question limits, route resolution) are applied by
+the nodes, not here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The fixed task names: the remote client sends them as response_format.json_schema.name,
+# and test doubles and logs key on them (API.md).
+TASK_COMPLEXITY = "complexity_classification"
+TASK_GRADE = "evidence_grade"
+TASK_REWRITE = "query_rewrite"
+
+Relevance = Literal["none", "weak", "strong"]
+Answerability = Literal["none", "partial", "sufficient"]
+Ambiguity = Literal["none", "missing_slot", "multiple_candidates"]
+Route = Literal["answer", "rewrite", "clarify", "scope_select", "no_knowledge"]
+
+
+class _TaskOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ComplexityResult(_TaskOutput):
+    """Output of `complexity_classification` (REFERENCE.md §2.4)."""
+
+    complexity: Literal["simple", "complex"]
+    reason: str = ""
+    sub_questions: list[str] = Field(default_factory=list, max_length=4)
+
+
+class EvidenceGrade(_TaskOutput):
+    """Output of `evidence_grade` (REFERENCE.md §2.7). `route` is only a suggestion: the route
+    resolver of SPEC.md §3 decides the final route."""
+
+    relevance: Relevance
+    answerability: Answerability
+    ambiguity: Ambiguity = "none"
+    route: Route
+    confidence: float = Field(0.0, ge=0.0, le=1.0)
+    missing_slots: list[str] = Field(default_factory=list)
+    hitl_prompt: str = ""
+    hitl_options: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class RewritePlan(_TaskOutput):
+    """Output of `query_rewrite` (REFERENCE.md §2.9): exactly one helper text is non-empty."""
+
+    method: Literal["step_back", "hyde"]
+    step_back_question: str = Field("", max_length=300)
+    hyde_document: str = Field("", max_length=1200)
+
+
+class ModelClient(Protocol):
+    """One method per model task. `docs` are runtime evidence records (the Chunk keys of
+    SPEC.md §6: filename, page_number, text, score, rerank_score, …) in ranking order.
+    `timeout` is the time left of the caller's deadline in seconds (None = the client's own).
+
+    Errors: `shared.errors.ModelOutputInvalid(task, …)` when the reply violates the task schema
+    after one retry, `DependencyUnavailable` when the endpoint cannot be reached,
+    `DeadlineExceeded` when `timeout` runs out. Never a silent fallback to another model.
+    """
+
+    #: Which model serves, for the start-up log line: "local" or the remote base URL.
+    name: str
+
+    async def classify_complexity(
+        self, question: str, *, timeout: float | None = None
+    ) -> ComplexityResult: ...
+
+    async def grade_evidence(
+        self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
+    ) -> EvidenceGrade: ...
+
+    async def rewrite_query(
+        self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
+    ) -> RewritePlan: ...
+
+    async def aclose(self) -> None: ...
