@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -41,9 +42,14 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
 
 
 async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, method: str) -> None:
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc  # the handler already chose its status
+    if isinstance(exc, NotImplementedError):
+        # The generated base servicer's answer for an RPC a service does not implement yet.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
     mapped = status_for(exc)
     if mapped is None:
-        log.exception("unhandled error in %s", method, exc_info=exc)
+        log.error("unhandled error in %s", method, exc_info=exc)
         mapped = (grpc.StatusCode.INTERNAL, "internal error")
     elif mapped[0] == grpc.StatusCode.INTERNAL:
         log.error("%s failed: %s", method, mapped[1])
@@ -54,20 +60,22 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callabl
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await behavior(request, context)
-        except (DomainError, grpc.aio.AioRpcError, TimeoutError) as exc:
-            await _abort_for(exc, context, method)
-        except Exception as exc:  # the one place unknown errors become INTERNAL
+        except Exception as exc:  # the one place errors become status codes
             await _abort_for(exc, context, method)
 
     return wrapper
 
 
-def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
+def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            async for item in behavior(request, context):
+            produced = behavior(request, context)
+            if inspect.isawaitable(produced):  # a handler that writes via context.write()
+                await produced
+                return
+            async for item in produced:
                 yield item
-        except Exception as exc:  # the one place unknown errors become INTERNAL
+        except Exception as exc:  # the one place errors become status codes
             await _abort_for(exc, context, method)
 
     return wrapper
@@ -83,9 +91,9 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        method = handler_call_details.method or ""
+        if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
             return handler
-        method = handler_call_details.method
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, method),
