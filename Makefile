@@ -46,8 +46,8 @@ lint: setup ## ruff check + format check, buf lint
 	$(VENV)/bin/ruff format --check .
 	cd protos && ../$(VENV)/bin/buf lint
 
-bench: setup ## Run the benchmarks (prints ratios measured in one run)
-	$(PY) -m bench
+bench: setup ## Run the benchmarks (BENCH="name …" picks some; prints ratios)
+	$(PY) -m bench $(BENCH)
 
 clean: ## Remove the virtualenv, generated stubs and caches (keeps ./data)
 	rm -rf $(VENV) $(GEN) .pytest_cache .ruff_cache .hypothesis *.egg-info

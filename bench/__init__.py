@@ -1,0 +1,1 @@
+"""Benchmarks run by `make bench`; each prints ratios measured in one run."""
