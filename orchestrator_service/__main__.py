@@ -1,28 +1,36 @@
-"""`python -m orchestrator_service`: the composition root of the orchestrator service."""
+"""`python -m orchestrator_service`: the composition root (serves the OrchestratorService).
+`python -m orchestrator_service ask|resume …` is the CLI calling it (orchestrator_service.cli)."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from supermew.v1 import orchestrator_pb2  # noqa: F401  (descriptors for reflection)
 
-from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
+from orchestrator_service.settings import OrchestratorSettings
 from shared.logs import configure_logging
-from shared.serve import GrpcServer, serve
+from shared.serve import serve
 
 
-def main() -> None:
+async def _serve(settings: OrchestratorSettings) -> None:
+    from orchestrator_service.app import build_app
+
+    app = build_app(settings)
+    await serve(app.server, on_stop=app.aclose)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("ask", "resume"):
+        from orchestrator_service.cli import main as cli_main
+
+        return cli_main(argv)
     settings = OrchestratorSettings()
     configure_logging(settings.log_level, settings.log_format)
-    # The RPCs are built by the orchestrator issue; until then gRPC answers UNIMPLEMENTED.
-    server = GrpcServer(
-        settings,
-        port=settings.orchestrator_port,
-        service_names=[SERVICE_NAME],
-        add_servicers=lambda _server: None,
-    )
-    asyncio.run(serve(server))
+    asyncio.run(_serve(settings))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

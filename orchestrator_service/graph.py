@@ -1,0 +1,67 @@
+"""The LangGraph workflows (SPEC.md §2, REFERENCE.md §2.3): the main RAG graph and the resume
+graph. Built by factories and compiled once per process; clients reach the nodes through the
+runtime context (`RunContext`), so one compiled graph serves every request."""
+
+from __future__ import annotations
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from orchestrator_service.context import RunContext
+from orchestrator_service.nodes.classify import (
+    classify_complexity,
+    fan_out,
+    prepare_sub_questions,
+    route_after_classify,
+)
+from orchestrator_service.nodes.grade import grade_documents, route_after_grade
+from orchestrator_service.nodes.retrieve import (
+    retrieve_initial,
+    retrieve_resume_query,
+    retrieve_rewritten,
+)
+from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
+from orchestrator_service.nodes.sub_agent import rag_sub_agent
+from orchestrator_service.nodes.synthesis import synthesis
+from orchestrator_service.state import RagState
+
+
+def build_rag_graph() -> CompiledStateGraph:
+    """classify → simple: retrieve → grade → (rewrite → re-retrieve → grade) → end;
+    complex: plan → Send fan-out to sub-agents (retrieve + grade each) → synthesis → end."""
+    g = StateGraph(RagState, context_schema=RunContext)
+    g.add_node("classify_complexity", classify_complexity)
+    g.add_node("retrieve_initial", retrieve_initial)
+    g.add_node("grade_documents", grade_documents)
+    g.add_node("rewrite_question", rewrite_question)
+    g.add_node("retrieve_rewritten", retrieve_rewritten)
+    g.add_node("prepare_sub_questions", prepare_sub_questions)
+    g.add_node("rag_sub_agent", rag_sub_agent)
+    g.add_node("synthesis", synthesis)
+
+    g.add_edge(START, "classify_complexity")
+    g.add_conditional_edges(
+        "classify_complexity", route_after_classify, ["retrieve_initial", "prepare_sub_questions"]
+    )
+    # simple
+    g.add_edge("retrieve_initial", "grade_documents")
+    g.add_conditional_edges("grade_documents", route_after_grade, ["rewrite_question", END])
+    g.add_conditional_edges("rewrite_question", route_after_rewrite, ["retrieve_rewritten", END])
+    g.add_edge("retrieve_rewritten", "grade_documents")
+    # complex
+    g.add_conditional_edges("prepare_sub_questions", fan_out, ["rag_sub_agent"])
+    g.add_edge("rag_sub_agent", "synthesis")
+    g.add_edge("synthesis", END)
+    return g.compile(name="rag")
+
+
+def build_resume_graph() -> CompiledStateGraph:
+    """H1–H2: targeted retrieval with q*, one grading, end. No classification, fan-out,
+    synthesis or rewrite: a rewrite verdict is returned as `needs_rewrite`."""
+    g = StateGraph(RagState, context_schema=RunContext)
+    g.add_node("retrieve_resume_query", retrieve_resume_query)
+    g.add_node("grade_documents", grade_documents)
+    g.add_edge(START, "retrieve_resume_query")
+    g.add_edge("retrieve_resume_query", "grade_documents")
+    g.add_edge("grade_documents", END)
+    return g.compile(name="rag_resume")

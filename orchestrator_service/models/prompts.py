@@ -1,0 +1,89 @@
+"""Prompts of the three model tasks (API.md "Model calls", intent of REFERENCE.md §2.4, §2.7,
+§2.9). The question and every chunk text are carried verbatim, inside tags, so that nothing in
+them can be mistaken for instructions — and so a scripted test server can read them back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+COMPLEXITY_SYSTEM = """\
+You plan retrieval for a knowledge-base assistant. Decide whether the user's question is simple \
+or complex.
+- simple: a fact lookup, a definition, a single data point, an explicit either/or question, or \
+one attribute, parameter or specification of one thing.
+- complex: needs synthesis across documents, analysis from several angles, a comparison, \
+multi-step reasoning, or several independent sources.
+For a complex question also give 2 to 4 sub-questions that do not overlap and can each be \
+retrieved on their own; write them in the language of the question. For a simple question \
+sub_questions must be an empty list. Give a one-sentence reason."""
+
+GRADE_SYSTEM = """\
+You grade retrieved evidence for a knowledge-base assistant. Judge ONLY from the snippets given; \
+never add outside facts.
+relevance: none = off-topic; weak = related but the evidence is weak; strong = clearly on-topic.
+answerability: none; partial = clues but no definitive answer; sufficient = the snippets \
+support an answer directly or in combination.
+ambiguity: missing_slot = a key condition is missing (a name, version, file type, module, \
+product line, ...); multiple_candidates = several candidate directions fit; none.
+route: answer = strong and sufficient; rewrite = a related signal, but phrasing, an alias or \
+generality left the evidence thin; clarify = the user must supply a condition; scope_select = \
+the user must choose a direction; no_knowledge = nothing useful was retrieved or it is off-topic.
+For clarify or scope_select write hitl_prompt, a short follow-up question in the language of \
+the question, and hitl_options when you can list the choices; name missing conditions in \
+missing_slots. confidence is your certainty from 0 to 1; reason is one sentence."""
+
+REWRITE_SYSTEM = """\
+A first retrieval for the user's question found a related signal but not enough evidence. \
+Choose exactly ONE rewrite method and write its text; leave the other field an empty string.
+- step_back: the question is too specific (entity names, model numbers, times, conditions, \
+details); write a more general question about the underlying concept, mechanism or principle.
+- hyde: the question is vague or conceptual, or lacks the knowledge base's terms; write a short \
+plausible answer-style passage to search with. It only aids retrieval: it is not evidence and \
+must not invent citations.
+step_back_question at most 300 characters, hyde_document at most 1200."""
+
+
+def _question_block(question: str) -> str:
+    return f"<question>\n{question}\n</question>"
+
+
+def _chunks_block(docs: Sequence[Mapping[str, Any]]) -> str:
+    parts = [
+        f'<chunk index="{i}" source="{d.get("filename") or "Unknown"}" '
+        f'page="{d.get("page_number") or "N/A"}">\n{d.get("text") or ""}\n</chunk>'
+        for i, d in enumerate(docs, start=1)
+    ]
+    return "<chunks>\n" + "\n".join(parts) + "\n</chunks>"
+
+
+def complexity_messages(question: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": COMPLEXITY_SYSTEM},
+        {"role": "user", "content": _question_block(question)},
+    ]
+
+
+def grade_messages(question: str, docs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": GRADE_SYSTEM},
+        {"role": "user", "content": f"{_question_block(question)}\n{_chunks_block(docs)}"},
+    ]
+
+
+def rewrite_messages(question: str, docs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": REWRITE_SYSTEM},
+        {"role": "user", "content": f"{_question_block(question)}\n{_chunks_block(docs)}"},
+    ]
+
+
+def question_of(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The question carried by a task's messages (what scripted test servers key on)."""
+    for message in messages:
+        content = str(message.get("content") or "")
+        start = content.find("<question>\n")
+        end = content.find("\n</question>")
+        if start != -1 and end != -1:
+            return content[start + len("<question>\n") : end]
+    return None

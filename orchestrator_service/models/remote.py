@@ -1,0 +1,192 @@
+"""The OpenAI-compatible remote model client (API.md "Model calls"): POST
+{LLM_BASE_URL}/chat/completions with a strict json_schema response format named after the task,
+temperature 0, pydantic validation and one retry on invalid output."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from orchestrator_service.models import prompts
+from orchestrator_service.models.base import (
+    TASK_COMPLEXITY,
+    TASK_GRADE,
+    TASK_REWRITE,
+    ComplexityResult,
+    EvidenceGrade,
+    RewritePlan,
+)
+from shared.errors import DeadlineExceeded, DependencyUnavailable, ModelOutputInvalid
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=BaseModel)
+
+# Keywords strict structured outputs reject or ignore; the pydantic model still enforces them.
+_UNSUPPORTED_KEYWORDS = frozenset(
+    {"default", "title", "maxLength", "minLength", "maxItems", "minItems", "minimum", "maximum"}
+)
+
+
+def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema made strict-compatible: every property required, no
+    additional properties, no defaults or range keywords."""
+
+    def tidy(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: tidy(v) for k, v in node.items() if k not in _UNSUPPORTED_KEYWORDS}
+            if out.get("type") == "object" and "properties" in out:
+                out["required"] = list(out["properties"])
+                out["additionalProperties"] = False
+            return out
+        if isinstance(node, list):
+            return [tidy(v) for v in node]
+        return node
+
+    return tidy(model.model_json_schema())
+
+
+def _check_complexity(result: ComplexityResult) -> None:
+    if result.complexity == "complex" and not any(sq.strip() for sq in result.sub_questions):
+        raise ValueError("complex verdict without a valid sub-question")
+
+
+def _check_rewrite(plan: RewritePlan) -> None:
+    own, other = (
+        (plan.step_back_question, plan.hyde_document)
+        if plan.method == "step_back"
+        else (plan.hyde_document, plan.step_back_question)
+    )
+    if not own.strip() or other.strip():
+        raise ValueError(f"{plan.method} needs exactly its own helper text")
+
+
+class RemoteModelClient:
+    """`ModelClient` over an OpenAI-compatible endpoint. FAST_MODEL serves classification and
+    rewrite, GRADE_MODEL grading; both default to MODEL."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        grade_model: str | None = None,
+        fast_model: str | None = None,
+        timeout: float = 60.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.name = base_url
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.model, self.grade_model = model, grade_model or model
+        self.fast_model = fast_model or model
+        self._timeout = timeout
+        self._http = http or httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        )
+        self._schemas = {
+            TASK_COMPLEXITY: strict_schema(ComplexityResult),
+            TASK_GRADE: strict_schema(EvidenceGrade),
+            TASK_REWRITE: strict_schema(RewritePlan),
+        }
+
+    async def classify_complexity(
+        self, question: str, *, timeout: float | None = None
+    ) -> ComplexityResult:
+        return await self._call(
+            TASK_COMPLEXITY,
+            self.fast_model,
+            prompts.complexity_messages(question),
+            ComplexityResult,
+            _check_complexity,
+            timeout,
+        )
+
+    async def grade_evidence(
+        self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
+    ) -> EvidenceGrade:
+        return await self._call(
+            TASK_GRADE,
+            self.grade_model,
+            prompts.grade_messages(question, docs),
+            EvidenceGrade,
+            None,
+            timeout,
+        )
+
+    async def rewrite_query(
+        self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
+    ) -> RewritePlan:
+        return await self._call(
+            TASK_REWRITE,
+            self.fast_model,
+            prompts.rewrite_messages(question, docs),
+            RewritePlan,
+            _check_rewrite,
+            timeout,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(
+        self,
+        task: str,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        check: Callable[[T], None] | None,
+        timeout: float | None,
+    ) -> T:
+        body = {
+            "model": model,
+            "messages": messages,
+            "temperature": 0,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": task, "strict": True, "schema": self._schemas[task]},
+            },
+        }
+        problem = ""
+        for attempt in (1, 2):  # one retry on invalid output
+            content = await self._post(task, body, timeout)
+            try:
+                result = schema.model_validate_json(content)
+                if check is not None:
+                    check(result)
+                return result
+            except (ValidationError, ValueError) as exc:
+                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                log.warning(
+                    "model task %s: invalid output (attempt %d): %s", task, attempt, problem
+                )
+        raise ModelOutputInvalid(task, f"output violates the task schema after a retry: {problem}")
+
+    async def _post(self, task: str, body: dict[str, Any], timeout: float | None) -> str:
+        """The reply's `choices[0].message.content` ("" when the reply has none: invalid)."""
+        seconds = self._timeout if timeout is None else min(timeout, self._timeout)
+        try:
+            response = await self._http.post(
+                self._url, json=body, headers=self._headers, timeout=seconds
+            )
+        except httpx.ConnectTimeout as exc:
+            raise DependencyUnavailable("model endpoint", f"connect timeout: {exc}") from exc
+        except httpx.TimeoutException as exc:
+            raise DeadlineExceeded(f"model task {task}: no reply within {seconds:.3f}s") from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable("model endpoint", f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise DependencyUnavailable(
+                "model endpoint", f"task {task}: HTTP {response.status_code}"
+            )
+        try:
+            content = response.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return ""
+        return content if isinstance(content, str) else json.dumps(content)

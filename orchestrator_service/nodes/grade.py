@@ -1,0 +1,90 @@
+"""S2/C3/S5/H2 grade_documents (SPEC.md §2–§3): the empty-evidence short circuit or the
+`evidence_grade` model task, then the route resolver, status, HITL prompt and clearing rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from orchestrator_service import steps
+from orchestrator_service.context import RunContext
+from orchestrator_service.models.base import EvidenceGrade
+from orchestrator_service.routing import (
+    ANSWER,
+    CLEARING_ROUTES,
+    HITL_ROUTES,
+    REWRITE,
+    hitl_prompt_for,
+    resolve_route,
+    retrieval_status_for,
+)
+from orchestrator_service.state import RagState
+
+#: The grade used, without a model call, when there is no evidence (SPEC.md §3).
+EMPTY_EVIDENCE_GRADE = EvidenceGrade(
+    relevance="none",
+    answerability="none",
+    ambiguity="none",
+    route="no_knowledge",
+    confidence=1.0,
+    missing_slots=[],
+    hitl_prompt="",
+    hitl_options=[],
+    reason="no_retrieved_documents",
+)
+
+
+async def grade_documents(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    """Overwrite GRADE in T (stage unchanged). clarify/scope_select/no_knowledge clear
+    S.docs/context; only HITL also empties `T.retrieved_chunks` (stage snapshots stay);
+    no_knowledge keeps the recalled chunks in T."""
+    ctx = runtime.context
+    docs = state.get("docs") or []
+    ctx.emit(state, steps.GRADE)
+    if docs:
+        grade = await ctx.model.grade_evidence(state["question"], docs, timeout=ctx.time_left())
+    else:
+        grade = EMPTY_EVIDENCE_GRADE
+    route = resolve_route(
+        grade,
+        has_docs=bool(docs),
+        rewrite_count=state.get("rewrite_count") or 0,
+        is_sub_agent=bool(state.get("is_sub_agent")),
+    )
+    status = retrieval_status_for(route, grade.answerability)
+    prompt = hitl_prompt_for(route, grade)
+    grade_keys: dict[str, Any] = {
+        "route": route,
+        "retrieval_status": status,
+        "evidence_relevance": grade.relevance,
+        "evidence_answerability": grade.answerability,
+        "evidence_ambiguity": grade.ambiguity,
+        "evidence_confidence": grade.confidence,
+        "missing_slots": list(grade.missing_slots),
+        "hitl_prompt": prompt,
+        "hitl_options": list(grade.hitl_options),
+    }
+    trace = dict(state.get("rag_trace") or {})
+    trace.update(grade_keys, evidence_reason=grade.reason)
+    update: dict[str, Any] = {**grade_keys, "rag_trace": trace}
+    if route in CLEARING_ROUTES:
+        update["docs"], update["context"] = [], ""
+    if route in HITL_ROUTES and docs:
+        trace["retrieved_chunks"] = []
+
+    if route == ANSWER:
+        icon_label = steps.GRADE_PARTIAL if status == "partial" else steps.GRADE_ANSWER
+        ctx.emit(state, icon_label, steps.confidence_detail(grade.confidence))
+    elif route == REWRITE:
+        ctx.emit(state, steps.GRADE_REWRITE, steps.confidence_detail(grade.confidence))
+    elif route in HITL_ROUTES:
+        ctx.emit(state, steps.GRADE_HITL, prompt)
+    else:
+        ctx.emit(state, steps.GRADE_NO_KNOWLEDGE, grade.reason or "no_knowledge")
+    return update
+
+
+def route_after_grade(state: RagState) -> str:
+    """Only a rewrite verdict continues the main graph; every other route ends the run."""
+    return "rewrite_question" if state.get("route") == REWRITE else "__end__"

@@ -1,0 +1,98 @@
+"""Routing after a grade (SPEC.md §3): the route resolver, the route → status mapping and the
+default HITL follow-up prompts. Pure functions; the grading node applies them."""
+
+from __future__ import annotations
+
+from orchestrator_service.models.base import EvidenceGrade
+
+ANSWER = "answer"
+REWRITE = "rewrite"
+CLARIFY = "clarify"
+SCOPE_SELECT = "scope_select"
+NO_KNOWLEDGE = "no_knowledge"
+
+HITL_ROUTES = frozenset({CLARIFY, SCOPE_SELECT})
+HITL_STATUSES = frozenset({"needs_clarification", "needs_scope_selection"})
+#: Routes after which S.docs / S.context are cleared (SPEC.md §3 table).
+CLEARING_ROUTES = frozenset({NO_KNOWLEDGE, CLARIFY, SCOPE_SELECT})
+
+#: The one rewrite the main question may spend (SPEC.md §2 S3).
+REWRITE_BUDGET = 1
+
+DEFAULT_SCOPE_PROMPT = "我在知识库中找到了多个可能相关的方向。你想问的是哪一个？"
+DEFAULT_MISSING_SLOTS_PROMPT = "我找到了相关内容，但还缺少关键信息："
+DEFAULT_CLARIFY_PROMPT = "我找到了相关内容，但证据不足以确定答案。请补充一下你具体想问的条件。"
+
+
+def resolve_route(
+    grade: EvidenceGrade, *, has_docs: bool, rewrite_count: int, is_sub_agent: bool
+) -> str:
+    """The final route of one grading (SPEC.md §3, REFERENCE.md §2.8.1). First match wins:
+
+    | #  | condition (NK = no_knowledge)                             | route                    |
+    |----|-----------------------------------------------------------|--------------------------|
+    | 1  | no docs, or relevance none                                | no_knowledge             |
+    | 2  | ambiguity missing_slot                                    | clarify                  |
+    | 3  | ambiguity multiple_candidates                             | scope_select             |
+    | 4  | model says answer, relevance strong, answerability suff.  | answer                   |
+    | 5  | sub-question, answerability partial or sufficient         | answer                   |
+    | 5b | sub-question otherwise (sub-questions never rewrite)      | no_knowledge             |
+    | 6  | model says rewrite, budget unused                         | rewrite                  |
+    | 7  | model says rewrite, budget used                           | partial→clarify, else NK |
+    | 8  | answerability partial                                     | left→rewrite, else clar. |
+    | 9  | relevance strong and answerability sufficient             | answer                   |
+    | 10 | otherwise                                                 | no_knowledge             |
+
+    The model's suggested route is therefore not necessarily the final route.
+    """
+    budget_left = rewrite_count < REWRITE_BUDGET
+    strong_sufficient = grade.relevance == "strong" and grade.answerability == "sufficient"
+    if not has_docs or grade.relevance == "none":
+        return NO_KNOWLEDGE
+    if grade.ambiguity == "missing_slot":
+        return CLARIFY
+    if grade.ambiguity == "multiple_candidates":
+        return SCOPE_SELECT
+    if grade.route == ANSWER and strong_sufficient:
+        return ANSWER
+    if is_sub_agent:
+        return ANSWER if grade.answerability in ("partial", "sufficient") else NO_KNOWLEDGE
+    if grade.route == REWRITE:
+        if budget_left:
+            return REWRITE
+        return CLARIFY if grade.answerability == "partial" else NO_KNOWLEDGE
+    if grade.answerability == "partial":
+        return REWRITE if budget_left else CLARIFY
+    return ANSWER if strong_sufficient else NO_KNOWLEDGE
+
+
+def retrieval_status_for(route: str, answerability: str) -> str:
+    """`retrieval_status` read with the final route (SPEC.md §3, REFERENCE.md §2.8.2)."""
+    if route == ANSWER:
+        return "partial" if answerability == "partial" else "answerable"
+    return {
+        REWRITE: "needs_rewrite",
+        CLARIFY: "needs_clarification",
+        SCOPE_SELECT: "needs_scope_selection",
+    }.get(route, "no_knowledge")
+
+
+def hitl_prompt_for(route: str, grade: EvidenceGrade) -> str:
+    """The follow-up question (REFERENCE.md §2.8.3): "" unless the route is clarify or
+    scope_select; then the model's prompt, else the default for scope_select, for named
+    missing slots, or the generic clarification."""
+    if route not in HITL_ROUTES:
+        return ""
+    if grade.hitl_prompt.strip():
+        return grade.hitl_prompt
+    if route == SCOPE_SELECT:
+        return DEFAULT_SCOPE_PROMPT
+    slots = [slot for slot in grade.missing_slots if slot.strip()]
+    if slots:
+        return DEFAULT_MISSING_SLOTS_PROMPT + "、".join(slots)
+    return DEFAULT_CLARIFY_PROMPT
+
+
+def is_hitl(route: str | None, retrieval_status: str | None) -> bool:
+    """Whether a result needs the user (and so carries a resume snapshot)."""
+    return route in HITL_ROUTES or retrieval_status in HITL_STATUSES

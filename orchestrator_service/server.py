@@ -1,0 +1,113 @@
+"""The OrchestratorService servicer: proto in → one call into the `Orchestrator` core → proto
+out. Streams run the core as a task and forward its progress steps, then the one result."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
+
+from orchestrator_service.orchestrator import Orchestrator, RunOutcome
+from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, StepSink
+from shared.codec import (
+    chunk_to_proto,
+    hitl_state_from_proto,
+    hitl_state_to_proto,
+    rag_trace_to_proto,
+)
+
+
+def result_to_proto(outcome: RunOutcome) -> orchestrator_pb2.RunResult:
+    result = orchestrator_pb2.RunResult(
+        question=outcome.question,
+        route=outcome.route,
+        retrieval_status=outcome.retrieval_status,
+        docs=[chunk_to_proto(d) for d in outcome.docs],
+        context=outcome.context,
+    )
+    if outcome.rag_trace is not None:
+        result.rag_trace.CopyFrom(rag_trace_to_proto(outcome.rag_trace))
+    if outcome.hitl_resume_state is not None:
+        result.hitl_resume_state.CopyFrom(hitl_state_to_proto(outcome.hitl_resume_state))
+    return result
+
+
+def step_to_proto(step: Step) -> trace_pb2.RagStep:
+    return trace_pb2.RagStep(
+        icon=step.icon,
+        label=step.label,
+        detail=step.detail,
+        elapsed_ms=step.elapsed_ms,
+        stage_elapsed_ms=step.stage_elapsed_ms,
+        group=step.group,
+        group_label=step.group_label,
+    )
+
+
+def _time_left(context: grpc.aio.ServicerContext) -> float | None:
+    return context.time_remaining()
+
+
+class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
+    def __init__(self, core: Orchestrator) -> None:
+        self._core = core
+
+    async def Run(self, request, context):
+        outcome = await self._core.run(request.question, timeout=_time_left(context))
+        return result_to_proto(outcome)
+
+    async def Resume(self, request, context):
+        outcome = await self._core.resume(
+            hitl_state_from_proto(request.resume_state),
+            request.user_answer,
+            timeout=_time_left(context),
+        )
+        return result_to_proto(outcome)
+
+    async def StreamRun(self, request, context):
+        timeout = _time_left(context)
+        async for event in _stream(
+            lambda sink: self._core.run(request.question, timeout=timeout, steps_sink=sink)
+        ):
+            yield event
+
+    async def StreamResume(self, request, context):
+        timeout = _time_left(context)
+        snapshot = hitl_state_from_proto(request.resume_state)
+        async for event in _stream(
+            lambda sink: self._core.resume(
+                snapshot, request.user_answer, timeout=timeout, steps_sink=sink
+            )
+        ):
+            yield event
+
+
+async def _stream(
+    start: Callable[[StepSink], Awaitable[RunOutcome]],
+) -> AsyncIterator[orchestrator_pb2.RunEvent]:
+    """ "📨 request received" first, then each step as the nodes emit it, then exactly one
+    result. An error of the run propagates after the steps emitted before it."""
+    yield orchestrator_pb2.RunEvent(step=step_to_proto(RECEIVED))
+    sink = QueueStepSink()
+    task: asyncio.Task[Any] = asyncio.ensure_future(start(sink))
+    task.add_done_callback(lambda _t: sink.close())
+    try:
+        async for step in sink:
+            yield orchestrator_pb2.RunEvent(step=step_to_proto(step))
+        outcome = await task
+    finally:
+        if not task.done():
+            task.cancel()
+    yield orchestrator_pb2.RunEvent(result=result_to_proto(outcome))
+
+
+def add_servicer(core: Orchestrator) -> Callable[[grpc.aio.Server], None]:
+    def add(server: grpc.aio.Server) -> None:
+        orchestrator_pb2_grpc.add_OrchestratorServiceServicer_to_server(
+            OrchestratorServicer(core), server
+        )
+
+    return add

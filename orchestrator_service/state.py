@@ -1,0 +1,80 @@
+"""S, the run state passed between graph nodes (SPEC.md §1–§2, REFERENCE.md §2.2). The raw
+trace T lives in `rag_trace`; the request's clients and progress sink are not state but the
+graph's runtime context (orchestrator_service.context)."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+
+class RagState(TypedDict, total=False):
+    question: str
+    query: str
+    docs: list[dict[str, Any]]
+    context: str
+    route: str | None
+    retrieval_status: str | None
+    evidence_relevance: str | None
+    evidence_answerability: str | None
+    evidence_ambiguity: str | None
+    evidence_confidence: float | None
+    missing_slots: list[str]
+    hitl_prompt: str
+    hitl_options: list[str]
+    rewrite_count: int
+    rewrite_method: str | None
+    rewritten_query: str | None
+    step_back_question: str | None
+    hyde_document: str | None
+    rag_trace: dict[str, Any] | None
+    complexity: str | None
+    complexity_reason: str | None
+    sub_questions: list[str] | None
+    is_sub_agent: bool
+    # Parallel sub-agent results; the additive reducer gathers the Send fan-out.
+    sub_results: Annotated[list[dict[str, Any]], operator.add]
+    # Progress-event grouping of a sub-agent ("子问题 {i}", the sub-question) and its position.
+    rag_step_group: str | None
+    rag_step_group_label: str | None
+    sub_index: int | None
+
+
+def initial_state(
+    question: str,
+    *,
+    is_sub_agent: bool = False,
+    group: str | None = None,
+    group_label: str | None = None,
+    sub_index: int | None = None,
+) -> RagState:
+    """N0 (SPEC.md §2): question = query = Q, budget 0, no evidence, T = None."""
+    return {
+        "question": question,
+        "query": question,
+        "docs": [],
+        "context": "",
+        "route": None,
+        "retrieval_status": None,
+        "evidence_relevance": None,
+        "evidence_answerability": None,
+        "evidence_ambiguity": None,
+        "evidence_confidence": None,
+        "missing_slots": [],
+        "hitl_prompt": "",
+        "hitl_options": [],
+        "rewrite_count": 0,
+        "rewrite_method": None,
+        "rewritten_query": None,
+        "step_back_question": None,
+        "hyde_document": None,
+        "rag_trace": None,
+        "complexity": None,
+        "complexity_reason": None,
+        "sub_questions": None,
+        "is_sub_agent": is_sub_agent,
+        "sub_results": [],
+        "rag_step_group": group,
+        "rag_step_group_label": group_label,
+        "sub_index": sub_index,
+    }

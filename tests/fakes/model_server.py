@@ -1,0 +1,186 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1 (HTTP/1.1, keep-alive),
+for tests and benchmarks. Replies are keyed by task name (response_format.json_schema.name) and
+the question the prompt carries; every request is recorded (model, bearer key, task, question)
+so tests can assert which tasks ran and with what."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator_service.models.prompts import question_of
+
+#: A scripted reply: a dict (sent as the JSON content), a str (sent verbatim as content, e.g.
+#: invalid JSON) or an `HttpError`.
+Reply = Mapping[str, Any] | str
+
+
+@dataclass(frozen=True)
+class HttpError:
+    status: int
+    body: str = "scripted failure"
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    task: str
+    question: str | None
+    model: str
+    authorization: str
+    body: dict[str, Any]
+
+
+@dataclass
+class ModelScript:
+    """Replies per (task, question), consumed in order; the last one repeats. `fallback`
+    answers requests without a scripted reply (None → HTTP 500 so the test sees it)."""
+
+    replies: dict[tuple[str, str], deque[Reply | HttpError]] = field(
+        default_factory=lambda: defaultdict(deque)
+    )
+    fallback: Callable[[str, str | None], Reply | HttpError] | None = None
+
+    def add(self, task: str, question: str, *replies: Reply | HttpError) -> ModelScript:
+        self.replies[(task, question)].extend(replies)
+        return self
+
+    def next_reply(self, task: str, question: str | None) -> Reply | HttpError:
+        queue = self.replies.get((task, question or ""))
+        if queue:
+            return queue.popleft() if len(queue) > 1 else queue[0]
+        if self.fallback is not None:
+            return self.fallback(task, question)
+        return HttpError(500, f"no scripted reply for {task} / {question!r}")
+
+
+class FakeModelServer:
+    def __init__(self, script: ModelScript | None = None, *, delay: float = 0.0) -> None:
+        self.script = script or ModelScript()
+        self.delay = delay
+        self.requests: list[ModelRequest] = []
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def tasks(self) -> list[str]:
+        return [r.task for r in self.requests]
+
+    def calls(self) -> list[tuple[str, str | None]]:
+        return [(r.task, r.question) for r in self.requests]
+
+    async def start(self) -> FakeModelServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> FakeModelServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, payload = await self._respond(json.loads(body or b"{}"), headers)
+                data = payload.encode()
+                reason = "OK" if status == 200 else "Error"
+                head_out = (
+                    f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n"
+                )
+                writer.write(head_out.encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, str]:
+        task = body.get("response_format", {}).get("json_schema", {}).get("name", "")
+        question = question_of(body.get("messages") or [])
+        self.requests.append(
+            ModelRequest(
+                task, question, body.get("model", ""), headers.get("authorization", ""), body
+            )
+        )
+        reply = self.script.next_reply(task, question)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if isinstance(reply, HttpError):
+            return reply.status, json.dumps({"error": reply.body})
+        content = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+        return 200, json.dumps(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "model": body.get("model", ""),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+            },
+            ensure_ascii=False,
+        )
+
+
+# ---- reply builders ---------------------------------------------------------------------------
+
+
+def complexity(kind: str, reason: str = "", sub_questions: Iterable[str] = ()) -> dict[str, Any]:
+    return {"complexity": kind, "reason": reason, "sub_questions": list(sub_questions)}
+
+
+def grade(
+    relevance: str,
+    answerability: str,
+    route: str,
+    *,
+    ambiguity: str = "none",
+    confidence: float = 0.9,
+    missing_slots: Iterable[str] = (),
+    hitl_prompt: str = "",
+    hitl_options: Iterable[str] = (),
+    reason: str = "",
+) -> dict[str, Any]:
+    return {
+        "relevance": relevance,
+        "answerability": answerability,
+        "ambiguity": ambiguity,
+        "route": route,
+        "confidence": confidence,
+        "missing_slots": list(missing_slots),
+        "hitl_prompt": hitl_prompt,
+        "hitl_options": list(hitl_options),
+        "reason": reason,
+    }
+
+
+def rewrite(method: str, text: str) -> dict[str, Any]:
+    return {
+        "method": method,
+        "step_back_question": text if method == "step_back" else "",
+        "hyde_document": text if method == "hyde" else "",
+    }
