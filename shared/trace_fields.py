@@ -1,0 +1,266 @@
+"""The trace field catalogue of SPEC.md §5/§6/§7 as data: every protocol field's name, group,
+kind and allowed values. Normalisation, the codec and the tests all read it; nothing else lists
+field names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """The value kinds a trace key can hold (SPEC.md §5 "type" column)."""
+
+    BOOL = "bool"
+    STR = "str"
+    INT = "int"
+    FLOAT = "float"
+    STR_LIST = "str_list"
+    CHUNK_LIST = "chunk_list"
+    TRACE_LIST = "trace_list"
+
+
+SCALAR_KINDS: frozenset[Kind] = frozenset({Kind.BOOL, Kind.STR, Kind.INT, Kind.FLOAT})
+LIST_KINDS: frozenset[Kind] = frozenset({Kind.STR_LIST, Kind.CHUNK_LIST, Kind.TRACE_LIST})
+
+# Every int of the trace and of the 16-key Chunk is an int32 on the wire, except Chunk.id.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class TraceFieldError(ValueError):
+    """A trace, chunk or snapshot value does not fit its catalogued kind or allowed values.
+    `field` names the offending key (with a list index where one applies)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message
+
+    def within(self, outer: str) -> TraceFieldError:
+        """The same error seen from the enclosing key or list index `outer`."""
+        sep = "" if self.field.startswith("[") else "."
+        return TraceFieldError(f"{outer}{sep}{self.field}", self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One key of a trace-family dict. `allowed` is set only where the spec enumerates values;
+    `optional` matters for the fixed-shape records (Chunk, HitlResumeState): True when the key
+    may be absent, i.e. the proto field has explicit presence."""
+
+    name: str
+    kind: Kind
+    group: str = ""
+    allowed: frozenset[str] | None = None
+    optional: bool = True
+
+
+def _f(name: str, group: str, kind: Kind, *allowed: str) -> FieldSpec:
+    return FieldSpec(name, kind, group, frozenset(allowed) if allowed else None)
+
+
+# The value sets that appear in more than one record (trace and snapshot).
+COMPLEXITY_VALUES = ("simple", "complex")
+ROUTE_VALUES = ("answer", "rewrite", "clarify", "scope_select", "no_knowledge")
+RETRIEVAL_STATUS_VALUES = (
+    "answerable",
+    "partial",
+    "needs_rewrite",
+    "needs_clarification",
+    "needs_scope_selection",
+    "no_knowledge",
+)
+HITL_ROUTE_VALUES = ("clarify", "scope_select")
+HITL_STATUS_VALUES = ("needs_clarification", "needs_scope_selection")
+
+# The 59 protocol fields of SPEC.md §5, in RagTrace field-number order (1..59).
+TRACE_FIELDS: tuple[FieldSpec, ...] = (
+    # A · tool identity and stage
+    _f("tool_used", "A", Kind.BOOL),
+    _f("tool_name", "A", Kind.STR),
+    _f("query", "A", Kind.STR),
+    _f(
+        "retrieval_stage",
+        "A",
+        Kind.STR,
+        "initial",
+        "rewritten",
+        "synthesis",
+        "hitl_targeted_retrieval",
+    ),
+    # B · complexity and sub-questions
+    _f("complexity", "B", Kind.STR, *COMPLEXITY_VALUES),
+    _f("complexity_reason", "B", Kind.STR),
+    _f("sub_questions", "B", Kind.STR_LIST),
+    _f("sub_agent_count", "B", Kind.INT),
+    _f("synthesis_merged_count", "B", Kind.INT),
+    _f("sub_traces", "B", Kind.TRACE_LIST),
+    # C · evidence sets of the stages
+    _f("retrieved_chunks", "C", Kind.CHUNK_LIST),
+    _f("initial_retrieved_chunks", "C", Kind.CHUNK_LIST),
+    _f("rewrite_retrieved_chunks", "C", Kind.CHUNK_LIST),
+    _f("hitl_targeted_retrieved_chunks", "C", Kind.CHUNK_LIST),
+    # D · final route and evidence grade
+    _f("route", "D", Kind.STR, *ROUTE_VALUES),
+    _f("retrieval_status", "D", Kind.STR, *RETRIEVAL_STATUS_VALUES),
+    _f("evidence_relevance", "D", Kind.STR, "none", "weak", "strong"),
+    _f("evidence_answerability", "D", Kind.STR, "none", "partial", "sufficient"),
+    _f("evidence_ambiguity", "D", Kind.STR, "none", "missing_slot", "multiple_candidates"),
+    _f("evidence_confidence", "D", Kind.FLOAT),
+    _f("evidence_reason", "D", Kind.STR),
+    _f("missing_slots", "D", Kind.STR_LIST),
+    # E · query rewrite
+    _f("rewrite_method", "E", Kind.STR, "step_back", "hyde"),
+    _f("rewritten_query", "E", Kind.STR),
+    _f("step_back_question", "E", Kind.STR),
+    _f("hyde_document", "E", Kind.STR),
+    # F · HITL follow-up and cross-turn resume
+    _f("hitl_prompt", "F", Kind.STR),
+    _f("hitl_options", "F", Kind.STR_LIST),
+    _f("hitl_resumed", "F", Kind.BOOL),
+    _f("hitl_answer", "F", Kind.STR),
+    _f("hitl_resume_strategy", "F", Kind.STR, "targeted_retrieval"),
+    _f("hitl_resume_from_status", "F", Kind.STR, *HITL_STATUS_VALUES),
+    _f("hitl_resume_from_route", "F", Kind.STR, *HITL_ROUTE_VALUES),
+    # G · recall parameters and counts (R)
+    _f("retrieval_pipeline", "G", Kind.STR),
+    _f("retrieval_mode", "G", Kind.STR, "hybrid", "dense_fallback", "failed"),
+    _f("candidate_k", "G", Kind.INT),
+    _f("candidate_k_source", "G", Kind.STR, "env", "multiplier"),
+    _f("candidate_k_config_error", "G", Kind.STR),
+    _f("retrieval_candidate_multiplier", "G", Kind.INT),
+    _f("retrieval_top_k", "G", Kind.INT),
+    _f("recall_count", "G", Kind.INT),
+    _f("post_merge_candidate_count", "G", Kind.INT),
+    _f("candidate_count", "G", Kind.INT),
+    _f("leaf_retrieve_level", "G", Kind.INT),
+    # H · auto-merging (R)
+    _f("auto_merge_enabled", "H", Kind.BOOL),
+    _f("auto_merge_applied", "H", Kind.BOOL),
+    _f("auto_merge_threshold", "H", Kind.INT),
+    _f("auto_merge_replaced_chunks", "H", Kind.INT),
+    _f("auto_merge_steps", "H", Kind.INT),
+    # I · rerank, threshold and failures (R)
+    _f("rerank_enabled", "I", Kind.BOOL),
+    _f("rerank_applied", "I", Kind.BOOL),
+    _f("rerank_model", "I", Kind.STR),
+    _f("rerank_endpoint", "I", Kind.STR),
+    _f("rerank_error", "I", Kind.STR),
+    _f("rerank_timeout_seconds", "I", Kind.FLOAT),
+    _f("rerank_min_score", "I", Kind.FLOAT),
+    _f("post_rerank_count", "I", Kind.INT),
+    _f("post_threshold_count", "I", Kind.INT),
+    _f("retrieval_empty", "I", Kind.BOOL),
+)
+
+TRACE_FIELD_BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in TRACE_FIELDS}
+TRACE_FIELD_NAMES: tuple[str, ...] = tuple(TRACE_FIELD_BY_NAME)
+
+# A sub trace supports every field but `sub_traces` itself: traces never nest (SPEC.md §5 B).
+SUB_TRACE_FIELDS: tuple[FieldSpec, ...] = tuple(
+    s for s in TRACE_FIELDS if s.kind is not Kind.TRACE_LIST
+)
+SUB_TRACE_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in SUB_TRACE_FIELDS)
+
+# Raw-trace keys that are not protocol fields yet are written on purpose (SPEC.md §5 E).
+RAW_ONLY: frozenset[str] = frozenset({"rewrite_count"})
+
+# R: the 26 retrieval-meta fields, in the order of REFERENCE.md §1.7 (RETRIEVAL_TRACE_FIELDS).
+RETRIEVAL_META_FIELD_NAMES: tuple[str, ...] = (
+    "retrieval_pipeline",
+    "retrieval_mode",
+    "candidate_k",
+    "candidate_k_source",
+    "candidate_k_config_error",
+    "retrieval_candidate_multiplier",
+    "retrieval_top_k",
+    "leaf_retrieve_level",
+    "recall_count",
+    "post_merge_candidate_count",
+    "candidate_count",
+    "auto_merge_enabled",
+    "auto_merge_applied",
+    "auto_merge_threshold",
+    "auto_merge_replaced_chunks",
+    "auto_merge_steps",
+    "rerank_enabled",
+    "rerank_applied",
+    "rerank_model",
+    "rerank_endpoint",
+    "rerank_error",
+    "rerank_timeout_seconds",
+    "rerank_min_score",
+    "post_rerank_count",
+    "post_threshold_count",
+    "retrieval_empty",
+)
+RETRIEVAL_META_FIELDS: tuple[FieldSpec, ...] = tuple(
+    TRACE_FIELD_BY_NAME[name] for name in RETRIEVAL_META_FIELD_NAMES
+)
+
+# GRADE: the 10 keys a grading overwrites (SPEC.md §1).
+GRADE_FIELD_NAMES: tuple[str, ...] = (
+    "route",
+    "retrieval_status",
+    "evidence_relevance",
+    "evidence_answerability",
+    "evidence_ambiguity",
+    "evidence_confidence",
+    "evidence_reason",
+    "missing_slots",
+    "hitl_prompt",
+    "hitl_options",
+)
+
+# The 16 runtime Chunk keys of SPEC.md §6 / API.md, in Chunk field-number order. Only `id` and
+# `rerank_score` may be absent; `page_number` is text on the wire (see shared.codec).
+CHUNK_FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("id", Kind.INT, optional=True),
+    FieldSpec("filename", Kind.STR, optional=False),
+    FieldSpec("file_type", Kind.STR, optional=False),
+    FieldSpec("file_path", Kind.STR, optional=False),
+    FieldSpec("page_number", Kind.STR, optional=False),
+    FieldSpec("text", Kind.STR, optional=False),
+    FieldSpec("score", Kind.FLOAT, optional=False),
+    FieldSpec("rrf_rank", Kind.INT, optional=False),
+    FieldSpec("rerank_score", Kind.FLOAT, optional=True),
+    FieldSpec("chunk_idx", Kind.INT, optional=False),
+    FieldSpec("chunk_id", Kind.STR, optional=False),
+    FieldSpec("parent_chunk_id", Kind.STR, optional=False),
+    FieldSpec("root_chunk_id", Kind.STR, optional=False),
+    FieldSpec("chunk_level", Kind.INT, optional=False),
+    FieldSpec("merged_from_children", Kind.BOOL, optional=False),
+    FieldSpec("merged_child_count", Kind.INT, optional=False),
+)
+CHUNK_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in CHUNK_FIELDS)
+
+# The 6 keys of the external evidence shape that survive normalisation (SPEC.md §6). `filename`
+# is required (an element without one is dropped); the rest may be absent.
+RETRIEVED_CHUNK_FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("filename", Kind.STR, optional=False),
+    FieldSpec("page_number", Kind.STR),
+    FieldSpec("text", Kind.STR),
+    FieldSpec("score", Kind.FLOAT),
+    FieldSpec("rrf_rank", Kind.INT),
+    FieldSpec("rerank_score", Kind.FLOAT),
+)
+RETRIEVED_CHUNK_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in RETRIEVED_CHUNK_FIELDS)
+
+# The 7 keys of the resume snapshot (SPEC.md §7). The dict form always holds all seven;
+# `optional` marks the two that are None when unknown.
+HITL_RESUME_STATE_FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("question", Kind.STR, optional=False),
+    FieldSpec("route", Kind.STR, allowed=frozenset(HITL_ROUTE_VALUES), optional=False),
+    FieldSpec("retrieval_status", Kind.STR, allowed=frozenset(HITL_STATUS_VALUES), optional=False),
+    FieldSpec("rewrite_count", Kind.INT, optional=False),
+    FieldSpec("complexity", Kind.STR, allowed=frozenset(COMPLEXITY_VALUES), optional=True),
+    FieldSpec("complexity_reason", Kind.STR, optional=True),
+    FieldSpec("sub_questions", Kind.STR_LIST, optional=False),
+)
+HITL_RESUME_STATE_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in HITL_RESUME_STATE_FIELDS)
+
+# The four trace keys whose elements are external evidence records.
+CHUNK_LIST_FIELD_NAMES: tuple[str, ...] = tuple(
+    s.name for s in TRACE_FIELDS if s.kind is Kind.CHUNK_LIST
+)
