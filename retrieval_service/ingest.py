@@ -1,0 +1,281 @@
+"""Ingestion (API.md IngestDocuments/DeleteDocuments/ListDocuments): validate → load →
+sanitise → three-level split → embed (leaves by the model, parents by default the normalised
+mean of their leaves) → write. Replacing a document loses nothing: every vector is computed
+before the store is touched, the previous version's rows are kept in memory while the new
+rows are written, and any store failure restores them before the error is raised."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from retrieval_service.chunking import ChunkingConfig, ChunkRecord, chunk_document
+from retrieval_service.embedding import Embedder, normalise
+from retrieval_service.loaders import (
+    FILE_TYPES_BY_EXTENSION,
+    extension_of,
+    load_pages,
+    resolve_file_type,
+)
+from retrieval_service.store import LEVELS, ChunkStore, DocumentEntry
+from shared.errors import DependencyUnavailable, InvalidArgument
+
+log = logging.getLogger(__name__)
+
+MAX_FILENAME_CHARS = 255
+ParentVectors = Literal["mean", "model"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDocument:
+    filename: str
+    content: bytes
+    file_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestedDocument:
+    filename: str
+    file_type: str
+    pages: int
+    l1_chunks: int
+    l2_chunks: int
+    l3_chunks: int
+    replaced: bool
+
+
+@dataclass(slots=True)
+class _Prepared:
+    filename: str
+    file_type: str
+    pages: int
+    chunks: list[ChunkRecord]
+    vectors: dict[str, np.ndarray]
+
+
+def validate_filename(filename: str, field: str) -> None:
+    """A plain file name: not blank, no path separators or "..", no control or format
+    characters, at most 255 characters, with a supported extension."""
+    if not filename or not filename.strip():
+        raise InvalidArgument(field, "must not be empty")
+    if len(filename) > MAX_FILENAME_CHARS:
+        raise InvalidArgument(field, f"is longer than {MAX_FILENAME_CHARS} characters")
+    if "/" in filename or "\\" in filename:
+        raise InvalidArgument(field, "must not contain path separators")
+    if ".." in filename:
+        raise InvalidArgument(field, 'must not contain ".."')
+    if filename != filename.strip():
+        raise InvalidArgument(field, "must not start or end with whitespace")
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs") for ch in filename):
+        raise InvalidArgument(field, "must not contain control characters")
+    if extension_of(filename) not in FILE_TYPES_BY_EXTENSION:
+        supported = ", ".join(sorted(FILE_TYPES_BY_EXTENSION))
+        raise InvalidArgument(field, f"unsupported file type (supported: {supported})")
+
+
+class Ingestor:
+    def __init__(
+        self,
+        store: ChunkStore,
+        embedder: Embedder,
+        chunking: ChunkingConfig,
+        *,
+        max_document_bytes: int,
+        batch_size: int = 32,
+        parent_vectors: ParentVectors = "mean",
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._chunking = chunking
+        self._max_bytes = max_document_bytes
+        self._batch_size = batch_size
+        self._parent_vectors = parent_vectors
+        self._lock = asyncio.Lock()  # one writer at a time: replace is read-modify-write
+
+    # ---- ingest ---------------------------------------------------------------------------
+
+    def _parse(self, index: int, doc: SourceDocument) -> _Prepared:
+        prefix = f"documents[{index}]"
+        validate_filename(doc.filename, f"{prefix}.filename")
+        file_type = resolve_file_type(doc.filename, doc.file_type, f"{prefix}.file_type")
+        if not doc.content:
+            raise InvalidArgument(f"{prefix}.content", "must not be empty")
+        if len(doc.content) > self._max_bytes:
+            raise InvalidArgument(
+                f"{prefix}.content",
+                f"is {len(doc.content)} bytes, at most {self._max_bytes}",
+            )
+        pages = load_pages(doc.content, file_type, f"{prefix}.content")
+        chunks = chunk_document(doc.filename, file_type, pages, self._chunking)
+        if not any(c.chunk_level == 3 for c in chunks):
+            raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
+        return _Prepared(doc.filename, file_type, len(pages), chunks, {})
+
+    async def _embed(self, prepared: list[_Prepared]) -> None:
+        """Fill every chunk's vector; raises before anything is written."""
+        levels = (3,) if self._parent_vectors == "mean" else LEVELS
+        todo = [c for p in prepared for c in p.chunks if c.chunk_level in levels]
+        owner = {c.chunk_id + "\x00" + c.filename: p for p in prepared for c in p.chunks}
+        for start in range(0, len(todo), self._batch_size):
+            batch = todo[start : start + self._batch_size]
+            vectors = await self._embedder.embed_passages([c.text for c in batch])
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.shape != (len(batch), self._embedder.dim):
+                raise ValueError(f"embedder returned shape {vectors.shape} for {len(batch)} texts")
+            for chunk, vector in zip(batch, vectors, strict=True):
+                owner[chunk.chunk_id + "\x00" + chunk.filename].vectors[chunk.chunk_id] = vector
+        if self._parent_vectors == "mean":
+            for p in prepared:
+                _mean_parent_vectors(p)
+
+    async def ingest(self, documents: Sequence[SourceDocument]) -> list[IngestedDocument]:
+        """All documents are validated and parsed before anything is embedded or written, so
+        bad input changes nothing; each document is then written all or nothing."""
+        if not documents:
+            raise InvalidArgument("documents", "must hold at least one document")
+        seen: set[str] = set()
+        for i, doc in enumerate(documents):
+            if doc.filename in seen:
+                raise InvalidArgument(f"documents[{i}].filename", "appears twice in the request")
+            seen.add(doc.filename)
+        prepared = await asyncio.to_thread(
+            lambda: [self._parse(i, d) for i, d in enumerate(documents)]
+        )
+        try:
+            await self._embed(prepared)
+        except DependencyUnavailable:
+            raise
+        except Exception as exc:
+            raise DependencyUnavailable("embedder", f"{type(exc).__name__}: {exc}") from exc
+        reports = []
+        async with self._lock:
+            for p in prepared:
+                reports.append(await self._write(p))
+        return reports
+
+    async def _write(self, p: _Prepared) -> IngestedDocument:
+        try:
+            old = await self._store.get_document(p.filename)
+            backup = (
+                {lvl: await self._store.full_rows(lvl, old.ids(lvl)) for lvl in LEVELS}
+                if old
+                else {}
+            )
+        except Exception as exc:
+            raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+        rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
+        counts: dict[str, list[int]] = {}
+        for c in p.chunks:
+            rows[c.chunk_level].append(_row(c, p.vectors[c.chunk_id]))
+            counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
+        entry = DocumentEntry(p.filename, p.file_type, p.pages, counts)
+        new_ids = {lvl: {r["chunk_id"] for r in rows[lvl]} for lvl in LEVELS}
+        try:
+            for lvl in LEVELS:
+                await self._store.upsert_chunks(lvl, rows[lvl])
+            if old:
+                for lvl in LEVELS:
+                    stale = [i for i in old.ids(lvl) if i not in new_ids[lvl]]
+                    await self._store.delete_chunks(lvl, stale)
+            await self._store.put_document(entry)
+        except Exception as exc:
+            log.error("writing %s failed, restoring the previous version: %s", p.filename, exc)
+            await self._restore(p.filename, new_ids, old, backup)
+            raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+        return IngestedDocument(
+            filename=p.filename,
+            file_type=p.file_type,
+            pages=p.pages,
+            l1_chunks=len(rows[1]),
+            l2_chunks=len(rows[2]),
+            l3_chunks=len(rows[3]),
+            replaced=old is not None,
+        )
+
+    async def _restore(
+        self,
+        filename: str,
+        new_ids: dict[int, set[str]],
+        old: DocumentEntry | None,
+        backup: dict[int, list[dict[str, Any]]],
+    ) -> None:
+        try:
+            for lvl in LEVELS:
+                old_ids = set(old.ids(lvl)) if old else set()
+                await self._store.delete_chunks(lvl, sorted(new_ids[lvl] - old_ids))
+                if backup.get(lvl):
+                    await self._store.upsert_chunks(lvl, backup[lvl])
+            if old:
+                await self._store.put_document(old)
+        except Exception:
+            log.exception("restoring the previous version of %s failed", filename)
+
+    # ---- delete / list --------------------------------------------------------------------
+
+    async def delete(self, filenames: Sequence[str]) -> int:
+        """Removes every level of each named document; unknown names are ignored."""
+        if not filenames:
+            raise InvalidArgument("filenames", "must hold at least one file name")
+        for i, name in enumerate(filenames):
+            if not name or not name.strip():
+                raise InvalidArgument(f"filenames[{i}]", "must not be empty")
+        deleted = 0
+        async with self._lock:
+            try:
+                for name in dict.fromkeys(filenames):
+                    entry = await self._store.get_document(name)
+                    for lvl in LEVELS:
+                        if entry:
+                            deleted += await self._store.delete_chunks(lvl, entry.ids(lvl))
+                        # Sweep rows a crashed writer may have left without a registry entry.
+                        deleted += await self._store.delete_by_filename(lvl, name)
+                    if entry:
+                        await self._store.delete_document(name)
+            except Exception as exc:
+                raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+        return deleted
+
+    async def list_documents(self) -> list[DocumentEntry]:
+        try:
+            return await self._store.list_documents()
+        except Exception as exc:
+            raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+
+
+def _mean_parent_vectors(p: _Prepared) -> None:
+    """L2 = normalised mean of its L3 children; L1 = normalised mean of its L3 descendants."""
+    children: dict[str, list[np.ndarray]] = {}
+    roots: dict[str, list[np.ndarray]] = {}
+    for c in p.chunks:
+        if c.chunk_level == 3:
+            children.setdefault(c.parent_chunk_id, []).append(p.vectors[c.chunk_id])
+            roots.setdefault(c.root_chunk_id, []).append(p.vectors[c.chunk_id])
+    for c in p.chunks:
+        source = children if c.chunk_level == 2 else roots if c.chunk_level == 1 else None
+        if source is not None:
+            stack = source.get(c.chunk_id)
+            if not stack:  # cannot happen for a non-empty parent, but never write a zero
+                raise ValueError(f"chunk {c.chunk_id} has no leaves")
+            p.vectors[c.chunk_id] = normalise(np.mean(np.stack(stack), axis=0))
+
+
+def _row(c: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
+    return {
+        "chunk_id": c.chunk_id,
+        "text": c.text,
+        "dense": [float(x) for x in vector],
+        "filename": c.filename,
+        "file_type": c.file_type,
+        "file_path": c.file_path,
+        "page_number": c.page_number,
+        "parent_chunk_id": c.parent_chunk_id,
+        "root_chunk_id": c.root_chunk_id,
+        "chunk_level": c.chunk_level,
+        "chunk_idx": c.chunk_idx,
+    }

@@ -1,0 +1,104 @@
+"""Auto-merging (SPEC.md §5 H, REFERENCE.md §1.5): two passes, leaves → parents, then the
+result → grandparents. Pure functions; the caller fetches the parents a pass asks for."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Doc = dict[str, Any]
+
+
+def effective_score(doc: Mapping[str, Any]) -> float | None:
+    """rerank_score when present, else score, else None (REFERENCE.md §1.7)."""
+    if doc.get("rerank_score") is not None:
+        return float(doc["rerank_score"])
+    if doc.get("score") is not None:
+        return float(doc["score"])
+    return None
+
+
+def _parent_of(doc: Mapping[str, Any]) -> str:
+    return str(doc.get("parent_chunk_id") or "").strip()
+
+
+def parents_to_merge(docs: list[Doc], threshold: int) -> dict[str, int]:
+    """Parent ids whose children currently in `docs` number at least `threshold`, mapped to
+    the level of those children (the parent lives one level up)."""
+    counts = Counter(p for p in map(_parent_of, docs) if p)
+    levels: dict[str, int] = {}
+    for doc in docs:
+        parent = _parent_of(doc)
+        if parent and counts[parent] >= threshold:
+            levels.setdefault(parent, int(doc.get("chunk_level") or 0))
+    return levels
+
+
+def _fold_score(target: Doc, child: Mapping[str, Any]) -> None:
+    incoming = effective_score(child)
+    if incoming is None:
+        return
+    if target.get("rerank_score") is not None or child.get("rerank_score") is not None:
+        current = target.get("rerank_score")
+        target["rerank_score"] = incoming if current is None else max(float(current), incoming)
+    else:
+        current = target.get("score")
+        target["score"] = incoming if current is None else max(float(current), incoming)
+
+
+def merge_pass(
+    docs: list[Doc], threshold: int, parents: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[Doc], int]:
+    """Replace each qualifying group of siblings by its parent, placed at the first child's
+    position, scored with the best child score; returns (docs, children replaced). A parent
+    that `parents` does not hold leaves its children as they are."""
+    qualifying = parents_to_merge(docs, threshold)
+    if not qualifying:
+        return list(docs), 0
+    group_size = Counter(p for p in map(_parent_of, docs) if p in qualifying)
+    placed: dict[str, Doc] = {}
+    out: list[Doc] = []
+    replaced = 0
+    for doc in docs:
+        parent_id = _parent_of(doc)
+        if parent_id not in qualifying or parent_id not in parents:
+            out.append(doc)
+            continue
+        replaced += 1
+        if parent_id in placed:
+            _fold_score(placed[parent_id], doc)
+            continue
+        parent = dict(parents[parent_id])
+        parent.pop("score", None)
+        parent.pop("id", None)
+        _fold_score(parent, doc)
+        parent["merged_from_children"] = True
+        parent["merged_child_count"] = group_size[parent_id]
+        placed[parent_id] = parent
+        out.append(parent)
+    return out, replaced
+
+
+@dataclass(frozen=True, slots=True)
+class MergeOutcome:
+    docs: list[Doc]
+    enabled: bool
+    threshold: int
+    replaced: int
+    steps: int
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "auto_merge_enabled": self.enabled,
+            "auto_merge_applied": self.replaced > 0,
+            "auto_merge_threshold": self.threshold,
+            "auto_merge_replaced_chunks": self.replaced,
+            "auto_merge_steps": self.steps,
+            "post_merge_candidate_count": len(self.docs),
+        }
+
+
+def empty_merge_meta(enabled: bool, threshold: int) -> dict[str, Any]:
+    return MergeOutcome([], enabled, threshold, 0, 0).meta()

@@ -1,0 +1,126 @@
+"""Rerank over HTTP (SPEC.md §5 I, REFERENCE.md §1.6): the Jina/Cohere-style
+`POST {host}/v1/rerank` with a Bearer key; its failures are recorded, never raised, and fall
+back to the score sort."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from retrieval_service.merge import Doc, effective_score
+
+_PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
+_PLACEHOLDER_PARTS = ("your-rerank", "your_rerank")
+
+
+def configured(value: str | None) -> str | None:
+    """The value, or None when it is empty or an example placeholder."""
+    if value is None or not value.strip():
+        return None
+    lowered = value.strip().lower()
+    if lowered.startswith(_PLACEHOLDER_PREFIXES) or any(p in lowered for p in _PLACEHOLDER_PARTS):
+        return None
+    return value.strip()
+
+
+def endpoint_for(host: str | None) -> str:
+    if not host:
+        return ""
+    base = host.rstrip("/")
+    return base if base.endswith("/v1/rerank") else base + "/v1/rerank"
+
+
+def sort_by_effective_score(docs: list[Doc]) -> list[Doc]:
+    """Stable, descending; a doc without any score sorts last."""
+    return sorted(
+        docs, key=lambda d: -(s if (s := effective_score(d)) is not None else float("-inf"))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RerankOutcome:
+    docs: list[Doc]
+    applied: bool
+    error: str | None
+
+
+class Reranker:
+    """Holds the settings after the placeholder filter and one pooled httpx client."""
+
+    def __init__(
+        self,
+        host: str | None,
+        model: str | None,
+        api_key: str | None,
+        timeout_seconds: float = 5.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.host = configured(host)
+        self.model = configured(model)
+        self._api_key = configured(api_key)
+        self.enabled = bool(self.host and self.model and self._api_key)
+        self.endpoint = endpoint_for(self.host)
+        self.timeout_seconds = max(0.1, float(timeout_seconds))
+        self._client = client or httpx.AsyncClient()
+
+    def base_meta(self, candidate_count: int) -> dict[str, Any]:
+        return {
+            "rerank_enabled": self.enabled,
+            "rerank_applied": False,
+            "rerank_model": self.model,
+            "rerank_endpoint": self.endpoint,
+            "rerank_error": None,
+            "rerank_timeout_seconds": self.timeout_seconds,
+            "candidate_count": candidate_count,
+        }
+
+    async def rerank(self, query: str, docs: list[Doc], top_k: int) -> RerankOutcome:
+        """Rerank `docs` (already carrying rrf_rank) and cut to top_k. Recorded errors: HTTP
+        status, transport/timeout, bad JSON or items, no valid results. Anything else escapes
+        (the pipeline then takes the dense fallback, like the reference)."""
+        if not self.enabled or not docs:
+            return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
+        try:
+            response = await self._client.post(
+                self.endpoint,
+                headers={
+                    "Content-Type": "application/json",
+                    "Authorization": f"Bearer {self._api_key}",
+                },
+                json={
+                    "model": self.model,
+                    "query": query,
+                    "documents": [str(d.get("text", "")) for d in docs],
+                    "top_n": min(top_k, len(docs)),
+                    "return_documents": False,
+                },
+                timeout=self.timeout_seconds,
+            )
+            if response.status_code >= 400:
+                error = f"HTTP {response.status_code}: {response.text}"
+                return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
+            kept: list[Doc] = []
+            for item in response.json()["results"]:
+                index = item["index"]
+                if not isinstance(index, int) or isinstance(index, bool):
+                    continue
+                if not 0 <= index < len(docs):
+                    continue
+                doc = dict(docs[index])
+                if item.get("relevance_score") is not None:
+                    doc["rerank_score"] = float(item["relevance_score"])
+                kept.append(doc)
+        except (httpx.HTTPError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+            error = str(exc) or type(exc).__name__
+            return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
+        if not kept:
+            return RerankOutcome(
+                sort_by_effective_score(docs)[:top_k], True, "empty_rerank_results"
+            )
+        return RerankOutcome(kept[:top_k], True, None)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
