@@ -102,6 +102,7 @@ async def create_app(
     store: StoreConfig | None = None,
     retrieval: RetrievalConfig | None = None,
     parent_vectors: ParentVectors = "mean",
+    chunking: ChunkingConfig | None = None,
 ) -> RetrievalApp:
     """Wire the service; start-up fails with ConfigurationError on a mismatching store."""
     clear_milvus_env()
@@ -128,7 +129,7 @@ async def create_app(
     ingestor = Ingestor(
         chunk_store,
         embedder,
-        ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap),
+        chunking or ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap),
         max_document_bytes=settings.max_document_bytes,
         parent_vectors=parent_vectors,
     )

@@ -1,0 +1,48 @@
+"""Real Embedder implementations that misbehave on purpose, wrapping the real model: they
+drive the failure paths through the service's real code (no monkeypatching)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from retrieval_service.embedding import Embedder
+
+
+class FailingEmbedder:
+    """Delegates to `inner`; raises on the `fail_on_batch`-th passage batch (1-based) and/or on
+    every query."""
+
+    def __init__(
+        self, inner: Embedder, *, fail_on_batch: int | None = None, fail_queries: bool = False
+    ) -> None:
+        self.inner = inner
+        self.name = f"failing({inner.name})"
+        self.dim = inner.dim
+        self.fail_on_batch = fail_on_batch
+        self.fail_queries = fail_queries
+        self.passage_batches = 0
+        self.queries = 0
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        self.queries += 1
+        if self.fail_queries:
+            raise RuntimeError("embedding model crashed")
+        return await self.inner.embed_query(text)
+
+    async def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.passage_batches += 1
+        if self.fail_on_batch is not None and self.passage_batches == self.fail_on_batch:
+            raise RuntimeError(f"embedding batch {self.passage_batches} failed")
+        return await self.inner.embed_passages(texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class WrongDimensionQueryEmbedder(FailingEmbedder):
+    """Passages are fine, but query vectors have the wrong dimension, so the store rejects
+    both the hybrid and the dense search (→ retrieve_failed)."""
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        self.queries += 1
+        return np.ones(8, dtype=np.float32) / np.sqrt(8)

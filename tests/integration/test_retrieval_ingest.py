@@ -1,0 +1,241 @@
+"""Ingestion through the real RPCs on real Milvus Lite: round trips per file type, ids and
+links, replace/delete without orphans, a failing ingest keeping the old version, restart
+persistence, and INVALID_ARGUMENT for every bad input with nothing stored changed."""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+import pytest
+from supermew.v1 import retrieval_pb2
+
+from retrieval_service.app import create_app
+from retrieval_service.settings import RetrievalSettings
+from retrieval_service.store import LEVELS, StoreConfig
+from shared.errors import ConfigurationError
+from tests.fakes.retrieval_doubles import FailingEmbedder
+from tests.integration.retrieval_harness import (
+    ASYNCIO_EN,
+    DOCX_PARAGRAPHS,
+    SMALL,
+    copy_corpus,
+    make_docx,
+    make_pdf,
+    model,
+    running_service,
+)
+
+ID = re.compile(r"^(?P<file>.+)::p(?P<page>\d+)::l(?P<level>[123])::(?P<n>\d+)$")
+
+
+@pytest.mark.parametrize(
+    ("filename", "query", "expected"),
+    [
+        ("sleep.md", "成年人每晚需要睡多少小时", "七到九小时"),
+        ("tea.txt", "《茶经》的作者是谁", "陆羽"),
+        ("asyncio.md", "how do I add a timeout to an awaitable", "wait_for"),
+        ("solar.html", "which planet is the hottest", "Venus"),
+        ("report.pdf", "how many engineers will be hired", "forty engineers"),
+        ("policy.docx", "home office equipment reimbursement", "300 euros"),
+    ],
+)
+async def test_round_trip_per_file_type(tmp_path, filename, query, expected) -> None:
+    async with running_service(copy_corpus(tmp_path), auto_merge_enabled=False) as svc:
+        docs, meta = await svc.retrieve(query, top_k=3)
+    assert meta["retrieval_mode"] == "hybrid"
+    top = docs[0]
+    assert top["filename"] == filename
+    assert expected in top["text"]
+    assert top["chunk_level"] == 3 and top["rrf_rank"] >= 1
+    assert ID.match(top["chunk_id"])["file"] == filename
+
+
+async def test_ids_links_levels_and_listing(tmp_path) -> None:
+    async with running_service(copy_corpus(tmp_path)) as svc:
+        listing = await svc.listing()
+        store = svc.app.store
+        entry = await store.get_document("report.pdf")
+        assert entry is not None and entry.pages == 2
+        rows = {lvl: await store.get_chunks(lvl, entry.ids(lvl)) for lvl in LEVELS}
+    assert set(listing) == {
+        "sleep.md",
+        "tea.txt",
+        "asyncio.md",
+        "solar.html",
+        "report.pdf",
+        "policy.docx",
+    }
+    assert listing["report.pdf"] == tuple(len(rows[lvl]) for lvl in LEVELS)
+    all_rows = [r for lvl in LEVELS for r in rows[lvl].values()]
+    assert sorted(r["chunk_idx"] for r in all_rows) == list(range(len(all_rows)))
+    for r in all_rows:
+        m = ID.match(r["chunk_id"])
+        assert m["file"] == "report.pdf" and int(m["level"]) == r["chunk_level"]
+        assert m["page"] == r["page_number"]  # pypdf pages are 0-based
+        if r["chunk_level"] == 1:
+            assert r["parent_chunk_id"] == "" and r["root_chunk_id"] == r["chunk_id"]
+        else:
+            parent = rows[r["chunk_level"] - 1][r["parent_chunk_id"]]
+            assert r["text"] in parent["text"] or r["text"][:20] in parent["text"]
+            assert r["root_chunk_id"] == (parent["root_chunk_id"])
+    assert {r["page_number"] for r in all_rows} == {"0", "1"}
+
+
+async def test_replace_and_delete_leave_no_orphans(tmp_path) -> None:
+    async with running_service(copy_corpus(tmp_path)) as svc:
+        before = await svc.counts()
+        old = (await svc.listing())["asyncio.md"]
+        reply = await svc.ingest(("asyncio.md", b"asyncio is short now."))
+        assert reply.documents[0].replaced is True
+        assert (reply.documents[0].l1_chunks, reply.documents[0].l3_chunks) == (1, 1)
+        after = await svc.counts()
+        assert after == tuple(b - o + 1 for b, o in zip(before, old, strict=True))
+        docs, _ = await svc.retrieve("asyncio short", top_k=20)
+        assert not any("wait_for" in d["text"] for d in docs)
+
+        # Ingest again, identical: idempotent, no duplicates.
+        await svc.ingest(("asyncio.md", b"asyncio is short now."))
+        assert await svc.counts() == after
+
+        deleted = await svc.stub.DeleteDocuments(
+            retrieval_pb2.DeleteDocumentsRequest(filenames=["asyncio.md", "never-there.txt"])
+        )
+        assert deleted.deleted_chunks == 3
+        assert "asyncio.md" not in await svc.listing()
+        assert await svc.counts() == tuple(b - o for b, o in zip(before, old, strict=True))
+        for lvl in LEVELS:
+            leftovers = await svc.app.store.get_chunks(lvl, [f"asyncio.md::p0::l{lvl}::0"])
+            assert leftovers == {}
+
+
+async def test_failing_ingest_keeps_the_previous_version(tmp_path) -> None:
+    db = copy_corpus(tmp_path)
+    failing = FailingEmbedder(model(), fail_on_batch=2)
+    async with running_service(db, embedder=failing) as svc:
+        svc.app.ingestor._batch_size = 2  # several batches for this document
+        before = await svc.counts()
+        new_text = ("Replacement text about trains and railways. " * 12).encode()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await svc.ingest(("asyncio.md", new_text))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert failing.passage_batches == 2
+        assert await svc.counts() == before
+        docs, meta = await svc.retrieve("how do I add a timeout to an awaitable", top_k=3)
+        assert meta["retrieval_mode"] == "hybrid"
+        assert docs[0]["filename"] == "asyncio.md" and "wait_for" in docs[0]["text"]
+        assert not any("railways" in d["text"] for d in docs)
+
+
+async def test_data_survives_a_restart(tmp_path) -> None:
+    db = copy_corpus(tmp_path)
+    async with running_service(db) as svc:
+        await svc.ingest(("extra.md", b"Restart-proof: the lighthouse keeper counts gulls."))
+        listing = await svc.listing()
+    async with running_service(db) as svc:
+        assert await svc.listing() == listing
+        docs, _ = await svc.retrieve("lighthouse keeper gulls", top_k=1)
+        assert docs[0]["filename"] == "extra.md"
+
+
+BAD_INGESTS = [
+    ([], "documents"),
+    ([("", b"x")], "documents[0].filename"),
+    ([("../etc.txt", b"x")], "documents[0].filename"),
+    ([("a/b.txt", b"x")], "documents[0].filename"),
+    ([("a\\b.txt", b"x")], "documents[0].filename"),
+    ([("bad\x07name.txt", b"x")], "documents[0].filename"),
+    ([("notes.xlsx", b"x")], "documents[0].filename"),
+    ([("noext", b"x")], "documents[0].filename"),
+    ([("ok.txt", b"")], "documents[0].content"),
+    ([("ok.txt", b"   \n ")], "documents[0].content"),
+    ([("ok.txt", b"\xff\xfe\x00bad utf8")], "documents[0].content"),
+    ([("ok.pdf", b"not a pdf")], "documents[0].content"),
+    ([("ok.txt", b"fine"), ("ok.txt", b"twice")], "documents[1].filename"),
+    ([("good.txt", b"fine"), ("big.txt", b"x" * 5000)], "documents[1].content"),
+]
+
+
+@pytest.mark.parametrize(("documents", "field"), BAD_INGESTS)
+async def test_bad_ingest_is_invalid_argument_and_changes_nothing(
+    tmp_path, documents, field
+) -> None:
+    async with running_service(copy_corpus(tmp_path), max_document_bytes=4096) as svc:
+        before = (await svc.counts(), await svc.listing())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await svc.ingest(*documents)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith(field)
+        assert (await svc.counts(), await svc.listing()) == before
+
+
+async def test_bad_file_type_delete_and_retrieve_inputs(tmp_path) -> None:
+    async with running_service(copy_corpus(tmp_path)) as svc:
+        before = await svc.counts()
+        bad_type = retrieval_pb2.IngestDocumentsRequest(
+            documents=[
+                retrieval_pb2.SourceDocument(filename="x.txt", content=b"x", file_type="exe")
+            ]
+        )
+        calls = [
+            (svc.stub.IngestDocuments(bad_type), "documents[0].file_type"),
+            (svc.stub.DeleteDocuments(retrieval_pb2.DeleteDocumentsRequest()), "filenames"),
+            (
+                svc.stub.DeleteDocuments(retrieval_pb2.DeleteDocumentsRequest(filenames=[" "])),
+                "filenames[0]",
+            ),
+            (svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="  ")), "query"),
+            (svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="x" * 4001)), "query"),
+            (svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="q", top_k=0)), "top_k"),
+            (svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="q", top_k=101)), "top_k"),
+        ]
+        for call, field in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+            assert err.value.details().startswith(field)
+        assert await svc.counts() == before
+
+
+async def test_declared_file_type_overrides_extension(tmp_path) -> None:
+    async with running_service(copy_corpus(tmp_path)) as svc:
+        reply = await svc.stub.IngestDocuments(
+            retrieval_pb2.IngestDocumentsRequest(
+                documents=[
+                    retrieval_pb2.SourceDocument(
+                        filename="memo.txt", content=make_docx(DOCX_PARAGRAPHS), file_type="docx"
+                    ),
+                    retrieval_pb2.SourceDocument(
+                        filename="two.pdf", content=make_pdf(["a b", "c d"])
+                    ),
+                ]
+            )
+        )
+    assert [(d.file_type, d.pages) for d in reply.documents] == [("Word", 1), ("PDF", 2)]
+
+
+async def test_mismatching_collection_fails_start_up(tmp_path) -> None:
+    db = copy_corpus(tmp_path)
+    wrong = StoreConfig(uri=str(db), token=None, collection="supermew_chunks", dim=16)
+
+    class Tiny(FailingEmbedder):
+        pass
+
+    small = Tiny(model())
+    small.dim = 16
+    with pytest.raises(ConfigurationError, match=r"dimension 384.*16.*Remedy"):
+        await create_app(RetrievalSettings(milvus_uri=str(db)), embedder=small, store=wrong)
+
+
+async def test_english_long_document_uses_default_sizes(tmp_path) -> None:
+    text = (ASYNCIO_EN + "\n\n") * 40  # ~10k characters
+    async with running_service(tmp_path / "sizes.db", chunking=None) as svc:
+        reply = await svc.ingest(("long.md", text.encode()))
+        entry = await svc.app.store.get_document("long.md")
+        rows = {lvl: await svc.app.store.get_chunks(lvl, entry.ids(lvl)) for lvl in LEVELS}
+    d = reply.documents[0]
+    assert d.l1_chunks < d.l2_chunks < d.l3_chunks
+    assert max(len(r["text"]) for r in rows[1].values()) <= 2400
+    assert max(len(r["text"]) for r in rows[2].values()) <= 1600
+    assert max(len(r["text"]) for r in rows[3].values()) <= 800
+    assert SMALL.l3.size == 80
