@@ -1,0 +1,65 @@
+"""In-memory doubles of the orchestrator's two clients (no sockets): a scripted `ModelClient`
+with an optional latency and a scripted `Retriever`. For unit tests and the benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from orchestrator_service.context import Retrieval
+from orchestrator_service.models.base import (
+    TASK_COMPLEXITY,
+    TASK_GRADE,
+    TASK_REWRITE,
+    ComplexityResult,
+    EvidenceGrade,
+    RewritePlan,
+)
+from tests.fakes.retrieval_servicer import meta
+
+Decide = Callable[[str, str], Mapping[str, Any]]
+
+
+class InMemoryModel:
+    """Replies come from `decide(task, question)`; each call sleeps `latency` seconds and is
+    recorded as (task, question)."""
+
+    name = "in-memory"
+
+    def __init__(self, decide: Decide, *, latency: float = 0.0) -> None:
+        self._decide = decide
+        self.latency = latency
+        self.calls: list[tuple[str, str]] = []
+
+    async def _reply(self, task: str, question: str) -> Mapping[str, Any]:
+        self.calls.append((task, question))
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._decide(task, question)
+
+    async def classify_complexity(self, question: str, *, timeout: float | None = None):
+        return ComplexityResult(**await self._reply(TASK_COMPLEXITY, question))
+
+    async def grade_evidence(self, question: str, docs: Sequence[Any], *, timeout=None):
+        return EvidenceGrade(**await self._reply(TASK_GRADE, question))
+
+    async def rewrite_query(self, question: str, docs: Sequence[Any], *, timeout=None):
+        return RewritePlan(**await self._reply(TASK_REWRITE, question))
+
+    async def aclose(self) -> None:
+        return None
+
+
+class InMemoryRetriever:
+    def __init__(self, docs_for: Callable[[str], list[dict[str, Any]]], *, latency: float = 0.0):
+        self._docs_for = docs_for
+        self.latency = latency
+        self.queries: list[str] = []
+
+    async def retrieve(self, query: str, *, top_k=None, timeout=None) -> Retrieval:
+        self.queries.append(query)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        docs = self._docs_for(query)
+        return Retrieval(docs=docs, meta=meta(len(docs)))

@@ -1,0 +1,100 @@
+"""The compiled graph with in-memory clients: concurrency of the fan-out, the defensive
+rewrite-budget branch, and the clearing rules on S versus T."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from langgraph.runtime import Runtime
+
+from orchestrator_service.context import RunContext
+from orchestrator_service.graph import build_rag_graph
+from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
+from orchestrator_service.orchestrator import Orchestrator
+from orchestrator_service.state import initial_state
+from orchestrator_service.steps import QueueStepSink
+from tests.fakes.in_memory import InMemoryModel, InMemoryRetriever
+from tests.fakes.model_server import complexity, grade
+from tests.fakes.retrieval_servicer import chunk
+
+Q_CMP = "比较丹瑾与卡卡罗的战斗定位"
+SUBS = ["q1？", "q2？", "q3？", "q4？"]
+DOC = chunk("a.md", "1", "text")
+
+
+def _decide(task: str, question: str):
+    if task == "complexity_classification":
+        return complexity("complex", "cmp", SUBS)
+    return grade("strong", "sufficient", "answer")
+
+
+async def test_sub_agents_run_concurrently() -> None:
+    model = InMemoryModel(_decide, latency=0.2)
+    core = Orchestrator(model, InMemoryRetriever(lambda q: [DOC]))
+    started = time.perf_counter()
+    outcome = await core.run(Q_CMP)
+    wall = time.perf_counter() - started
+    assert outcome.retrieval_status == "answerable"
+    assert sorted(model.calls[1:]) == [("evidence_grade", q) for q in SUBS]
+    # classification + four gradings side by side ≈ 0.4 s; sequential would be 1.0 s.
+    assert wall < 0.6, wall
+
+
+async def test_sub_results_keep_send_order_whatever_finishes_first() -> None:
+    class SlowFirst(InMemoryRetriever):
+        async def retrieve(self, query, *, top_k=None, timeout=None):
+            await asyncio.sleep(0.05 if query == "q1？" else 0)
+            return await super().retrieve(query)
+
+    core = Orchestrator(
+        InMemoryModel(_decide), SlowFirst(lambda q: [chunk("a.md", "1", q, chunk_id=q)])
+    )
+    outcome = await core.run(Q_CMP)
+    assert [t["query"] for t in outcome.rag_trace["sub_traces"]] == SUBS
+    assert [d["text"] for d in outcome.docs] == SUBS
+
+
+async def test_defensive_budget_branch_ends_at_no_knowledge_without_re_retrieval() -> None:
+    retriever = InMemoryRetriever(lambda q: [DOC])
+    model = InMemoryModel(_decide)
+    sink = QueueStepSink()
+    state = initial_state("q")
+    state.update(
+        rewrite_count=1, docs=[DOC], context="c", route="rewrite", rag_trace={"query": "q"}
+    )
+    runtime = Runtime(context=RunContext(model, retriever, sink))
+    update = await rewrite_question(state, runtime)
+    assert update == {
+        "route": "no_knowledge",
+        "retrieval_status": "no_knowledge",
+        "docs": [],
+        "context": "",
+        "rag_trace": {
+            "query": "q",
+            "route": "no_knowledge",
+            "retrieval_status": "no_knowledge",
+            "evidence_reason": "rewrite_budget_exhausted",
+        },
+    }
+    assert route_after_rewrite({**state, **update}) == "__end__"
+    assert model.calls == [] and retriever.queries == []
+    assert [s.label for s in sink.steps] == ["正在重写查询...", "改写预算已用完，停止检索"]
+
+
+def test_graph_wiring_rewrite_branch_can_end() -> None:
+    graph = build_rag_graph().get_graph()
+    targets = {e.target for e in graph.edges if e.source == "rewrite_question"}
+    assert targets == {"retrieve_rewritten", "__end__"}
+    assert {e.target for e in graph.edges if e.source == "rag_sub_agent"} == {"synthesis"}
+
+
+async def test_no_knowledge_clears_state_docs_but_keeps_trace_chunks() -> None:
+    def decide(task, question):
+        return grade("weak", "none", "no_knowledge")
+
+    core = Orchestrator(InMemoryModel(decide), InMemoryRetriever(lambda q: [DOC]))
+    outcome = await core.run("丹瑾是什么属性？")
+    assert outcome.docs == [] and outcome.context == ""
+    assert len(outcome.rag_trace["retrieved_chunks"]) == 1
+    assert outcome.hitl_resume_state is None
