@@ -1,0 +1,149 @@
+"""The command line of the orchestrator, calling its RPCs at localhost:ORCHESTRATOR_PORT:
+
+    python -m orchestrator_service ask "问题" [--stream] [--json]
+    python -m orchestrator_service resume --snapshot FILE --answer "补充" [--stream] [--json]
+
+It prints the route, the HITL prompt and options, the evidence and the trace; `--stream` shows
+the progress steps live; `--json` prints the result as one JSON object (steps then go to
+stderr), which `resume --snapshot` accepts back as is (or just its `hitl_resume_state`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import Any, TextIO
+
+import grpc
+from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+
+from orchestrator_service.settings import OrchestratorSettings
+from shared.codec import (
+    chunk_from_proto,
+    hitl_state_from_proto,
+    hitl_state_to_proto,
+    rag_trace_from_proto,
+)
+
+
+def result_to_dict(result: orchestrator_pb2.RunResult) -> dict[str, Any]:
+    return {
+        "question": result.question,
+        "route": result.route,
+        "retrieval_status": result.retrieval_status,
+        "docs": [chunk_from_proto(c) for c in result.docs],
+        "context": result.context,
+        "rag_trace": rag_trace_from_proto(result.rag_trace)
+        if result.HasField("rag_trace")
+        else None,
+        "hitl_resume_state": hitl_state_from_proto(result.hitl_resume_state)
+        if result.HasField("hitl_resume_state")
+        else None,
+    }
+
+
+def format_step(step: Any) -> str:
+    group = f"  [{step.group}]" if step.group else ""
+    detail = f" — {step.detail}" if step.detail else ""
+    return f"{step.elapsed_ms:>6} ms  {step.icon} {step.label}{detail}{group}"
+
+
+def print_result(data: dict[str, Any], out: TextIO) -> None:
+    trace = data["rag_trace"] or {}
+    print(f"question: {data['question']}", file=out)
+    print(f"route:    {data['route']} ({data['retrieval_status']})", file=out)
+    if data["hitl_resume_state"] is not None:
+        print(f"HITL:     {trace.get('hitl_prompt', '')}", file=out)
+        for option in trace.get("hitl_options") or ():
+            print(f"          - {option}", file=out)
+        print("snapshot: " + json.dumps(data["hitl_resume_state"], ensure_ascii=False), file=out)
+        print("          (save `ask --json` output and pass it to `resume --snapshot`)", file=out)
+    print(f"evidence: {len(data['docs'])} chunk(s)", file=out)
+    for i, doc in enumerate(data["docs"], start=1):
+        score = doc.get("rerank_score", doc.get("score"))
+        print(f"  [{i}] {doc['filename']} (Page {doc['page_number']}) score={score:.4f}", file=out)
+        print("      " + doc["text"].replace("\n", "\n      "), file=out)
+    print("trace:", file=out)
+    print(json.dumps(trace, ensure_ascii=False, indent=2), file=out)
+
+
+def load_snapshot(path: str) -> dict[str, Any]:
+    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+    data = json.loads(text)
+    if "hitl_resume_state" in data:
+        data = data["hitl_resume_state"]
+    if not data:
+        raise ValueError("the file holds no resume snapshot (the result was not HITL)")
+    return {
+        "question": data.get("question", ""),
+        "route": data.get("route", ""),
+        "retrieval_status": data.get("retrieval_status", ""),
+        "rewrite_count": data.get("rewrite_count", 0),
+        "complexity": data.get("complexity"),
+        "complexity_reason": data.get("complexity_reason"),
+        "sub_questions": data.get("sub_questions") or [],
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator_service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--stream", action="store_true", help="show progress steps live")
+    common.add_argument("--json", action="store_true", help="print the result as JSON")
+    common.add_argument("--addr", help="orchestrator address (default localhost:ORCHESTRATOR_PORT)")
+    common.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
+    ask = sub.add_parser("ask", parents=[common], help="run the workflow for a question")
+    ask.add_argument("question")
+    resume = sub.add_parser("resume", parents=[common], help="answer an HITL follow-up")
+    resume.add_argument("--snapshot", required=True, help="JSON file from `ask --json` (- = stdin)")
+    resume.add_argument("--answer", required=True, help="the user's reply")
+    return parser
+
+
+async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dict[str, Any]:
+    addr = args.addr or f"localhost:{settings.orchestrator_port}"
+    metadata = (
+        (("authorization", f"Bearer {settings.auth_token}"),) if settings.auth_token else None
+    )
+    steps_out = sys.stderr if args.json else sys.stdout
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+        if args.command == "ask":
+            request: Any = orchestrator_pb2.RunRequest(question=args.question)
+            unary, stream = stub.Run, stub.StreamRun
+        else:
+            request = orchestrator_pb2.ResumeRequest(
+                resume_state=hitl_state_to_proto(load_snapshot(args.snapshot)),
+                user_answer=args.answer,
+            )
+            unary, stream = stub.Resume, stub.StreamResume
+        if not args.stream:
+            return result_to_dict(await unary(request, timeout=args.timeout, metadata=metadata))
+        events: AsyncIterator[Any] = stream(request, timeout=args.timeout, metadata=metadata)
+        async for event in events:
+            if event.WhichOneof("event") == "step":
+                print(format_step(event.step), file=steps_out, flush=True)
+            else:
+                return result_to_dict(event.result)
+    raise RuntimeError("the stream ended without a result")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = OrchestratorSettings()
+    try:
+        data = asyncio.run(_call(args, settings))
+    except grpc.aio.AioRpcError as exc:
+        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False, indent=2))
+    else:
+        print_result(data, sys.stdout)
+    return 0

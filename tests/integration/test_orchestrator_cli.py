@@ -1,0 +1,110 @@
+"""The CLI (`python -m orchestrator_service ask|resume`) as a subprocess against the service
+wired to the scripted model and retrieval servers: it reaches every route, prints the HITL
+prompt, options, evidence and trace, streams steps, and round-trips the snapshot file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.model_server import ModelScript, grade
+from tests.fakes.orchestrator_stack import start_stack
+from tests.fakes.retrieval_servicer import RetrievalScript, chunk
+
+ROOT = Path(__file__).resolve().parents[2]
+D = [chunk("roles.md", "1", "丹瑾：衍射属性。")]
+Q_ANSWER, Q_CLARIFY, Q_SCOPE, Q_NONE = (
+    "丹瑾是什么属性？",
+    "他的属性是什么？",
+    "哪个角色？",
+    "退款？",
+)
+QSTAR = "卡卡罗：他的属性是什么？"
+
+
+def _script() -> tuple[ModelScript, RetrievalScript]:
+    ms = ModelScript()
+    ms.add("evidence_grade", Q_ANSWER, grade("strong", "sufficient", "answer"))
+    ms.add(
+        "evidence_grade",
+        Q_CLARIFY,
+        grade(
+            "weak",
+            "partial",
+            "clarify",
+            ambiguity="missing_slot",
+            hitl_prompt="你指哪个角色？",
+            hitl_options=["丹瑾", "卡卡罗"],
+        ),
+    )
+    ms.add(
+        "evidence_grade",
+        Q_SCOPE,
+        grade("strong", "partial", "answer", ambiguity="multiple_candidates"),
+    )
+    ms.add("evidence_grade", QSTAR, grade("weak", "partial", "rewrite"))
+    rs = RetrievalScript()
+    for q in (Q_ANSWER, Q_CLARIFY, Q_SCOPE, QSTAR):
+        rs.add(q, D)
+    return ms, rs
+
+
+@pytest.fixture
+async def stack():
+    s = await start_stack(*_script())
+    yield s
+    await s.aclose()
+
+
+async def _cli(port: int, *args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTH_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "gen"), env.get("PYTHONPATH", "")])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "orchestrator_service", *args, "--addr", f"127.0.0.1:{port}",
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_cli_reaches_every_route_and_resumes(stack, tmp_path: Path) -> None:
+    port = stack.app.server.port
+    rc, out, _ = await _cli(port, "ask", Q_ANSWER)
+    assert rc == 0 and "route:    answer (answerable)" in out
+    assert (
+        "[1] roles.md (Page 1)" in out and "丹瑾：衍射属性。" in out and '"tool_used": true' in out
+    )
+
+    rc, out, _ = await _cli(port, "ask", Q_NONE)
+    assert rc == 0 and "route:    no_knowledge (no_knowledge)" in out
+
+    rc, out, _ = await _cli(port, "ask", Q_SCOPE)
+    assert rc == 0 and "route:    scope_select (needs_scope_selection)" in out
+    assert "我在知识库中找到了多个可能相关的方向" in out
+
+    rc, out, err = await _cli(port, "ask", Q_CLARIFY, "--json", "--stream")
+    assert rc == 0, err
+    result = json.loads(out)
+    assert result["route"] == "clarify" and result["docs"] == []
+    assert result["rag_trace"]["hitl_options"] == ["丹瑾", "卡卡罗"]
+    assert "请求已接收，正在准备回答" in err and "需要用户补充信息" in err  # steps on stderr
+    snapshot = tmp_path / "pending.json"
+    snapshot.write_text(out, encoding="utf-8")
+
+    rc, out, _ = await _cli(
+        port, "resume", "--snapshot", str(snapshot), "--answer", "卡卡罗", "--stream"
+    )
+    assert rc == 0
+    assert "收到 HITL 补充，继续原 RAG 流程 — 卡卡罗" in out
+    assert "route:    rewrite (needs_rewrite)" in out and "evidence: 1 chunk(s)" in out
+    assert [r.task for r in stack.model.requests].count("query_rewrite") == 0
+
+
+async def test_cli_errors_exit_non_zero(stack) -> None:
+    rc, _, err = await _cli(stack.app.server.port, "ask", "   ")
+    assert rc == 1 and "INVALID_ARGUMENT" in err and "question" in err
