@@ -1,0 +1,87 @@
+"""End to end: the orchestrator (production wiring) against the REAL retrieval service on
+Milvus Lite with the built-in embedder, and the scripted model server. Ingest a few documents,
+ask a simple and a complex question, then an ambiguous one and resume it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.codec import chunk_from_proto, rag_trace_from_proto
+from tests.fakes.model_server import ModelScript, complexity, grade
+from tests.fakes.orchestrator_stack import start_stack
+from tests.integration.retrieval_harness import running_service
+
+DOCS = {
+    "leave.md": "# 年假制度\n\n新员工入职满一年后享有五天带薪年假。年假需提前一周申请。\n\n"
+    "工作满十年的员工享有十五天年假。未休年假可顺延至次年三月。",
+    "remote.md": "# 远程办公\n\n员工每周可远程办公两天，需要主管批准。远程办公期间须保持在线。\n\n"
+    "远程办公设备由公司统一配发，离职时归还。",
+    "travel.txt": "差旅报销标准：高铁二等座、经济舱机票。住宿每晚不超过五百元。报销需在出差结束后"
+    "十五天内提交。",
+}
+Q_SIMPLE = "新员工年假有几天"
+Q_COMPLEX = "请综合说明年假制度与远程办公制度的要求"
+SUB1, SUB2 = "年假制度有哪些规定？", "远程办公有哪些要求？"
+Q_AMBIG = "这个制度的申请要求是什么"
+ANSWER = "年假"
+QSTAR = f"{ANSWER}：{Q_AMBIG}"
+
+
+async def test_end_to_end_against_real_retrieval(tmp_path: Path) -> None:
+    ms = ModelScript()
+    ms.add("complexity_classification", Q_COMPLEX, complexity("complex", "两项制度", [SUB1, SUB2]))
+    ms.add(
+        "evidence_grade",
+        Q_AMBIG,
+        grade(
+            "weak",
+            "partial",
+            "clarify",
+            ambiguity="missing_slot",
+            missing_slots=["制度名称"],
+            hitl_options=["年假", "远程办公", "差旅"],
+        ),
+    )
+    ms.fallback = lambda task, q: grade("strong", "sufficient", "answer", confidence=0.9)
+    async with running_service(tmp_path / "kb.db") as retrieval:
+        ingested = await retrieval.ingest(*((name, text.encode()) for name, text in DOCS.items()))
+        assert [d.filename for d in ingested.documents] == list(DOCS)
+        stack = await start_stack(ms, retrieval_addr=f"127.0.0.1:{retrieval.port}")
+        try:
+            simple = await stack.run(Q_SIMPLE)
+            trace = rag_trace_from_proto(simple.rag_trace)
+            assert (simple.route, simple.retrieval_status) == ("answer", "answerable")
+            assert simple.docs and "leave.md" in {d.filename for d in simple.docs}
+            assert trace["retrieval_stage"] == "initial" and trace["complexity"] == "simple"
+            assert trace["retrieval_pipeline"] == "recall_merge_rerank"
+            assert trace["retrieval_mode"] in ("hybrid", "dense_fallback")
+            assert len(trace["retrieved_chunks"]) == trace["post_threshold_count"]
+            assert stack.model.tasks() == ["evidence_grade"]  # fast path, one grading
+
+            complex_ = await stack.run(Q_COMPLEX)
+            trace = rag_trace_from_proto(complex_.rag_trace)
+            assert complex_.route == "answer" and trace["retrieval_stage"] == "synthesis"
+            assert [t["query"] for t in trace["sub_traces"]] == [SUB1, SUB2]
+            assert trace["sub_agent_count"] == 2
+            docs = [chunk_from_proto(d) for d in complex_.docs]
+            assert [d["rrf_rank"] for d in docs] == list(range(1, len(docs) + 1))
+            assert len({d["chunk_id"] for d in docs}) == len(docs)  # deduped
+            assert trace["synthesis_merged_count"] >= len(docs)
+            assert {"leave.md", "remote.md"} <= {d["filename"] for d in docs}
+
+            ambiguous = await stack.run(Q_AMBIG)
+            assert ambiguous.route == "clarify" and list(ambiguous.docs) == []
+            trace = rag_trace_from_proto(ambiguous.rag_trace)
+            assert trace["retrieved_chunks"] == [] and trace["initial_retrieved_chunks"]
+            assert trace["hitl_prompt"] == "我找到了相关内容，但还缺少关键信息：制度名称"
+
+            resumed = await stack.resume(ambiguous.hitl_resume_state, ANSWER)
+            trace = rag_trace_from_proto(resumed.rag_trace)
+            assert (resumed.route, resumed.question) == ("answer", QSTAR)
+            assert trace["retrieval_stage"] == "hitl_targeted_retrieval"
+            assert trace["hitl_resumed"] is True and trace["hitl_answer"] == ANSWER
+            assert trace["hitl_targeted_retrieved_chunks"] == trace["retrieved_chunks"]
+            assert "leave.md" in {d.filename for d in resumed.docs}
+            assert stack.retrieval.queries == []  # the scripted retrieval was never used
+        finally:
+            await stack.aclose()
