@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The analyser both Milvus Lite (jieba package) and real Milvus 2.5+ accept; it splits Chinese
 # into words and English on whitespace/punctuation.
@@ -235,9 +236,27 @@ class ChunkStore:
                 self._client.create_collection(name, schema=schema, index_params=index_factory())
             self._client.load_collection(name)
 
+    def _load_all(self) -> None:
+        for name in [*(self.level_collection(lvl) for lvl in LEVELS), self.registry_collection]:
+            self._client.load_collection(name)
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if not _not_loaded(exc):
+                raise
+        # A restarted Milvus (or a released collection) answers "not loaded": load, retry once.
+        log.warning("Milvus collections are not loaded (server restarted?); loading them")
+        self._load_all()
+        return fn(*args)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(self._call, fn, *args)
+
     async def ensure_collections(self) -> None:
         """Create missing collections, validate existing ones, load all (start-up)."""
-        await asyncio.to_thread(self._ensure)
+        await asyncio.to_thread(self._ensure)  # no retry: start-up
 
     # ---- recall ------------------------------------------------------------------------
 
@@ -327,15 +346,15 @@ class ChunkStore:
         self, level: int, text: str, vector: Sequence[float], candidate_k: int
     ) -> list[dict[str, Any]]:
         """Dense + BM25, each asking 2×candidate_k, fused with RRF(k=60) to candidate_k."""
-        return await asyncio.to_thread(self._hybrid, level, text, vector, candidate_k)
+        return await self._run(self._hybrid, level, text, vector, candidate_k)
 
     async def dense_search(
         self, level: int, vector: Sequence[float], limit: int
     ) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._dense, level, vector, limit)
+        return await self._run(self._dense, level, vector, limit)
 
     async def bm25_search(self, level: int, text: str, limit: int) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._bm25, level, text, limit)
+        return await self._run(self._bm25, level, text, limit)
 
     # ---- chunks by id --------------------------------------------------------------------
 
@@ -355,7 +374,7 @@ class ChunkStore:
 
     async def get_chunks(self, level: int, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Chunks of one level by chunk_id (a primary-key look-up); missing ids are absent."""
-        return await asyncio.to_thread(self._get, level, list(ids))
+        return await self._run(self._get, level, list(ids))
 
     def _upsert(self, level: int, rows: list[dict[str, Any]]) -> None:
         for start in range(0, len(rows), 256):
@@ -380,18 +399,18 @@ class ChunkStore:
         return list(self._get(level, list(ids), fields).values())
 
     async def upsert_chunks(self, level: int, rows: list[dict[str, Any]]) -> None:
-        await asyncio.to_thread(self._upsert, level, rows)
+        await self._run(self._upsert, level, rows)
 
     async def delete_chunks(self, level: int, ids: Sequence[str]) -> int:
-        return await asyncio.to_thread(self._delete, level, list(ids))
+        return await self._run(self._delete, level, list(ids))
 
     async def delete_by_filename(self, level: int, filename: str) -> int:
         """Deletes every row of `filename` on one level (a scan; used only to sweep orphans)."""
-        return await asyncio.to_thread(self._delete_filename, level, filename)
+        return await self._run(self._delete_filename, level, filename)
 
     async def full_rows(self, level: int, ids: Sequence[str]) -> list[dict[str, Any]]:
         """Complete writable rows (with the dense vector), for restoring a previous version."""
-        return await asyncio.to_thread(self._full_rows, level, list(ids))
+        return await self._run(self._full_rows, level, list(ids))
 
     # ---- registry ------------------------------------------------------------------------
 
@@ -448,16 +467,16 @@ class ChunkStore:
         return sorted(entries, key=lambda e: e.filename)
 
     async def get_document(self, filename: str) -> DocumentEntry | None:
-        return await asyncio.to_thread(self._get_document, filename)
+        return await self._run(self._get_document, filename)
 
     async def put_document(self, entry: DocumentEntry) -> None:
-        await asyncio.to_thread(self._put_document, entry)
+        await self._run(self._put_document, entry)
 
     async def delete_document(self, filename: str) -> None:
-        await asyncio.to_thread(self._delete_document, filename)
+        await self._run(self._delete_document, filename)
 
     async def list_documents(self) -> list[DocumentEntry]:
-        return await asyncio.to_thread(self._list_documents)
+        return await self._run(self._list_documents)
 
     # ---- diagnostics -----------------------------------------------------------------------
 
@@ -468,7 +487,7 @@ class ChunkStore:
         return int(rows[0]["count(*)"]) if rows else 0
 
     async def count(self, level: int) -> int:
-        return await asyncio.to_thread(self._count, level)
+        return await self._run(self._count, level)
 
     @property
     def client(self) -> Any:
@@ -477,6 +496,11 @@ class ChunkStore:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._client.close)
+
+
+def _not_loaded(exc: Exception) -> bool:
+    code = getattr(exc, "code", None)
+    return code == 101 or "call load()" in str(exc) or "not loaded" in str(exc)
 
 
 def _delete_count(result: Any, fallback: int) -> int:
