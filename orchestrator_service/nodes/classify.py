@@ -50,7 +50,7 @@ async def classify_complexity(state: RagState, runtime: Runtime[RunContext]) -> 
     }
 
 
-def route_after_classify(state: RagState) -> str:
+async def route_after_classify(state: RagState) -> str:
     return "prepare_sub_questions" if state.get("complexity") == "complex" else "retrieve_initial"
 
 
@@ -62,7 +62,7 @@ async def prepare_sub_questions(state: RagState, runtime: Runtime[RunContext]) -
     return {"sub_questions": sub_questions}
 
 
-def fan_out(state: RagState) -> list[Send]:
+async def fan_out(state: RagState) -> list[Send]:
     """One NEW state per sub-question (is_sub_agent, budget 0, complexity None, T None),
     grouped "子问题 {i}" for progress events; the sub-agents run concurrently."""
     return [

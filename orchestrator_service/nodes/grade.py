@@ -85,6 +85,6 @@ async def grade_documents(state: RagState, runtime: Runtime[RunContext]) -> dict
     return update
 
 
-def route_after_grade(state: RagState) -> str:
+async def route_after_grade(state: RagState) -> str:
     """Only a rewrite verdict continues the main graph; every other route ends the run."""
     return "rewrite_question" if state.get("route") == REWRITE else "__end__"

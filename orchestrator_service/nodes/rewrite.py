@@ -85,7 +85,7 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
     }
 
 
-def route_after_rewrite(state: RagState) -> str:
+async def route_after_rewrite(state: RagState) -> str:
     """Re-retrieval after a real rewrite; the defensive branch ends the run (never reaches
     retrieve_rewritten — this project's deliberate difference, REFERENCE.md §0)."""
     return "retrieve_rewritten" if state.get("route") == REWRITE else "__end__"

@@ -77,7 +77,7 @@ async def test_defensive_budget_branch_ends_at_no_knowledge_without_re_retrieval
             "evidence_reason": "rewrite_budget_exhausted",
         },
     }
-    assert route_after_rewrite({**state, **update}) == "__end__"
+    assert await route_after_rewrite({**state, **update}) == "__end__"
     assert model.calls == [] and retriever.queries == []
     assert [s.label for s in sink.steps] == ["正在重写查询...", "改写预算已用完，停止检索"]
 
