@@ -70,6 +70,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, int
         MILVUS_URI=str(data / "readme.db"),
         BIND_HOST="127.0.0.1",
         SHUTDOWN_GRACE_SECONDS="1",
+        # The introspection calls never reach a model; a configured (unused) endpoint keeps
+        # this test independent of which model the orchestrator would otherwise serve with.
+        LLM_BASE_URL="http://127.0.0.1:9/v1",
+        MODEL="unused",
     )
     procs = [
         subprocess.Popen([sys.executable, "-m", f"{name}_service"], cwd=ROOT, env=env)
