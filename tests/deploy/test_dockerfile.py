@@ -149,3 +149,33 @@ def test_build_context_is_an_allow_list_covering_every_copy(all_stages: dict[str
                 top = source.rstrip("/").split("/")[0]
                 assert top in allowed, f"COPY {source}: not in the .dockerignore allow-list"
                 assert (ROOT / source).exists(), f"COPY {source}: no such path in the repo"
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_service_env_in_the_image_is_settings(all_stages: dict[str, Stage], target: str) -> None:
+    settings = RetrievalSettings if target == "retrieval" else OrchestratorSettings
+    names = {field.upper() for field in settings.model_fields}
+    env = effective(all_stages, target)["env"]
+    assert isinstance(env, dict)
+    for key in env:
+        if key == "PATH" or key.startswith(("PYTHON", "PIP_")):
+            continue
+        assert key in names, f"{target}: ENV {key} is not a setting"
+
+
+def test_the_installed_package_carries_every_runtime_file() -> None:
+    # The image installs the package non-editable (a wheel): a data file next to the code
+    # reaches the image only when pyproject declares it as package data.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = pyproject.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    patterns = [p for values in declared.values() for p in values]
+    for package in ("shared", "retrieval_service", "orchestrator_service"):
+        for path in (ROOT / package).rglob("*"):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            if path.suffix in (".py", ".md"):
+                continue
+            assert any(path.match(p) for p in patterns), (
+                f"{path.relative_to(ROOT)} would be missing from the image: declare it in "
+                "[tool.setuptools.package-data]"
+            )
