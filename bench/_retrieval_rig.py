@@ -1,0 +1,268 @@
+"""Shared rig of the retrieval benchmarks: SciFact loading, subsets and document-level metrics;
+the real service (store + embedder + pipeline) on a throwaway Milvus Lite file, served by one
+in-process gRPC server per recall mode on 127.0.0.1; timing and table helpers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+from retrieval_service.app import RetrievalApp, clear_milvus_env, retrieval_config
+from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
+from retrieval_service.rerank import Reranker
+from retrieval_service.server import RetrievalServicer
+from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from shared.serve import GrpcServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SCIFACT_DIR = Path(os.environ.get("SCIFACT_DIR", ROOT.parent / "shared" / "data" / "scifact"))
+
+# name → (recall side, auto-merge on?). "dense" is the pipeline's dense-only recall (the dense
+# fallback path), "bm25" its BM25-only recall; both are evaluation knobs of RetrievalConfig.
+MODES: dict[str, tuple[str, bool]] = {
+    "dense": ("dense", False),
+    "bm25": ("bm25", False),
+    "hybrid": ("hybrid", False),
+    "hybrid+merge": ("hybrid", True),
+}
+
+
+def quiet() -> None:
+    """Benchmarks print tables; the service's INFO logs would drown them."""
+    logging.basicConfig(level=logging.WARNING)
+    for name in ("retrieval_service", "shared", "pymilvus", "milvus_lite"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    import jieba  # Milvus Lite's analyser; it sets its own logger to DEBUG on import
+
+    jieba.setLogLevel(logging.WARNING)
+
+
+# ---- SciFact -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SciFact:
+    corpus: dict[str, str]  # doc id → "title\n\nabstract"
+    claims: dict[str, str]  # claim id → text
+    qrels: dict[str, set[str]]  # claim id → relevant doc ids (train split)
+
+    @property
+    def judged_share(self) -> float:
+        judged = set().union(*self.qrels.values())
+        return len(judged) / len(self.corpus)
+
+
+def load_scifact(data: Path = SCIFACT_DIR) -> SciFact:
+    corpus = {}
+    with (data / "corpus.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            corpus[row["_id"]] = f"{row['title']}\n\n{row['text']}".strip()
+    claims = {}
+    with (data / "queries.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            claims[row["_id"]] = row["text"]
+    qrels: dict[str, set[str]] = defaultdict(set)
+    with (data / "qrels" / "train.tsv").open(encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            qid, did, score = line.rstrip("\n").split("\t")
+            if int(score) > 0:
+                qrels[qid].add(did)
+    return SciFact(corpus, claims, dict(qrels))
+
+
+def subset(data: SciFact, limit: int, judged_share: float) -> tuple[list[str], list[str]]:
+    """(doc ids, claim ids). `limit` 0 = the whole corpus and every judged claim. Otherwise
+    `limit` abstracts: the judged abstracts of the first claims (file order) up to
+    `judged_share` of the subset, the rest seeded random unjudged distractors; only claims
+    whose judged abstracts are all inside are evaluated."""
+    judged = [q for q in data.claims if q in data.qrels and data.qrels[q] <= data.corpus.keys()]
+    if not limit or limit >= len(data.corpus):
+        return list(data.corpus), judged
+    chosen: dict[str, None] = {}
+    picked: list[str] = []
+    budget = int(limit * judged_share)
+    for q in judged:
+        if len(chosen) + len(data.qrels[q] - chosen.keys()) > budget:
+            break
+        chosen.update(dict.fromkeys(sorted(data.qrels[q])))
+        picked.append(q)
+    every_judged = set().union(*data.qrels.values())
+    rest = [d for d in data.corpus if d not in every_judged]
+    random.Random(13).shuffle(rest)
+    chosen.update(dict.fromkeys(rest[: limit - len(chosen)]))
+    return list(chosen), picked
+
+
+def doc_filename(doc_id: str) -> str:
+    return f"{doc_id}.txt"
+
+
+def doc_ranking(filenames: list[str]) -> list[str]:
+    """Chunk filenames in rank order → doc ids ranked by their best chunk."""
+    return list(dict.fromkeys(name.removesuffix(".txt") for name in filenames))
+
+
+def doc_metrics(ranked: list[str], relevant: set[str]) -> tuple[float, float, float]:
+    """(nDCG@10, recall@100, MRR@10) with binary relevance."""
+    dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(ranked[:10]) if d in relevant)
+    idcg = sum(1 / math.log2(i + 2) for i in range(min(len(relevant), 10)))
+    recall = len(relevant & set(ranked[:100])) / len(relevant)
+    mrr = next((1 / (i + 1) for i, d in enumerate(ranked[:10]) if d in relevant), 0.0)
+    return dcg / idcg, recall, mrr
+
+
+# ---- the service on a scratch store --------------------------------------------------------
+
+
+@contextmanager
+def scratch_db(prefix: str, keep: str | None = None) -> Iterator[str]:
+    """A Milvus Lite path in a fresh temp dir, removed afterwards; `keep` = a path to reuse
+    (not removed). Milvus Lite holds one lock per .db, so a bench never shares the service's."""
+    if keep:
+        yield keep
+        return
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield str(Path(folder) / "bench.db")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def bench_settings(db: str, **overrides: Any) -> RetrievalSettings:
+    clear_milvus_env()
+    return RetrievalSettings(
+        milvus_uri=db,
+        bind_host="127.0.0.1",
+        auth_token=None,
+        rerank_host=None,
+        log_level="WARNING",
+        **overrides,
+    )
+
+
+@dataclass
+class Endpoint:
+    name: str
+    stub: retrieval_pb2_grpc.RetrievalServiceStub
+    config: RetrievalConfig
+
+    async def retrieve(
+        self, query: str, top_k: int | None = None
+    ) -> retrieval_pb2.RetrieveResponse:
+        request = retrieval_pb2.RetrieveRequest(query=query)
+        if top_k is not None:
+            request.top_k = top_k
+        return await self.stub.Retrieve(request)
+
+
+@asynccontextmanager
+async def serve_modes(
+    app: RetrievalApp, modes: dict[str, tuple[str, bool]], **overrides: Any
+) -> AsyncIterator[dict[str, Endpoint]]:
+    """One real gRPC server per mode over the same store and embedder; rerank off."""
+    servers: list[GrpcServer] = []
+    channels: list[grpc.aio.Channel] = []
+    endpoints: dict[str, Endpoint] = {}
+    base = retrieval_config(app.settings)
+    try:
+        for name, (recall, merge) in modes.items():
+            config = replace(base, recall=recall, auto_merge_enabled=merge, **overrides)
+            pipeline = RetrievalPipeline(
+                app.store, app.embedder, Reranker(None, None, None), config
+            )
+            servicer = RetrievalServicer(pipeline, app.ingestor)
+            server = GrpcServer(
+                app.settings,
+                port=0,
+                service_names=[SERVICE_NAME],
+                add_servicers=lambda s, sv=servicer: (
+                    retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(sv, s)
+                ),
+            )
+            port = await server.start()
+            servers.append(server)
+            size = app.settings.grpc_max_message_bytes
+            channel = grpc.aio.insecure_channel(
+                f"127.0.0.1:{port}",
+                options=[
+                    ("grpc.max_receive_message_length", size),
+                    ("grpc.max_send_message_length", size),
+                ],
+            )
+            channels.append(channel)
+            stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            endpoints[name] = Endpoint(name, stub, config)
+        yield endpoints
+    finally:
+        for channel in channels:
+            await channel.close()
+        for server in servers:
+            await server.stop(0)
+
+
+# ---- timing and tables ---------------------------------------------------------------------
+
+
+def elapsed_ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+async def time_async(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = await fn()
+    return elapsed_ms(started), result
+
+
+def time_sync(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return elapsed_ms(started), result
+
+
+def p50_p95(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def table(rows: list[list[Any]], header: list[str]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    cells = [header, *[[cell(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def latency_rows(
+    paths: dict[str, list[float]], reference: str
+) -> tuple[list[list[Any]], list[str]]:
+    """p50/p95 per path and `reference`'s p50 ÷ each path's p50."""
+    ref50 = p50_p95(paths[reference])[0]
+    rows = []
+    for name, values in paths.items():
+        p50, p95 = p50_p95(values)
+        rows.append([name, round(p50, 2), round(p95, 2), round(ref50 / p50, 2)])
+    return rows, ["path", "p50 ms", "p95 ms", f"{reference} p50 ÷ this p50"]
