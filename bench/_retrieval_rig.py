@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.app import RetrievalApp, clear_milvus_env, retrieval_config
@@ -28,6 +29,7 @@ from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from retrieval_service.store import OUTPUT_FIELDS
 from shared.serve import GrpcServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,9 @@ def quiet() -> None:
     logging.basicConfig(level=logging.WARNING)
     for name in ("retrieval_service", "shared", "pymilvus", "milvus_lite"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Milvus Lite's in-process (sync) gRPC server logs a traceback for each AllocTimestamp call
+    # pymilvus makes, which Lite does not implement; the services here run on grpc.aio.
+    logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
     import jieba  # Milvus Lite's analyser; it sets its own logger to DEBUG on import
 
     jieba.setLogLevel(logging.WARNING)
@@ -266,3 +271,94 @@ def latency_rows(
         p50, p95 = p50_p95(values)
         rows.append([name, round(p50, 2), round(p95, 2), round(ref50 / p50, 2)])
     return rows, ["path", "p50 ms", "p95 ms", f"{reference} p50 ÷ this p50"]
+
+
+# ---- latency: the service against raw pymilvus and numpy ----------------------------------
+
+
+def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int) -> Any:
+    """What the service's hybrid recall asks Milvus (dense + BM25 at 2k each, RRF k=60, the
+    level filter, named output fields), written directly against pymilvus."""
+    from pymilvus import AnnSearchRequest, RRFRanker
+
+    dense = AnnSearchRequest(
+        data=[vector.tolist()],
+        anns_field="dense",
+        param={"metric_type": "IP", "params": {"ef": max(256, 2 * k)}},
+        limit=2 * k,
+        expr="chunk_level == 3",
+    )
+    sparse = AnnSearchRequest(
+        data=[text],
+        anns_field="sparse",
+        param={"metric_type": "BM25", "params": {"drop_ratio_search": 0.0}},
+        limit=2 * k,
+        expr="chunk_level == 3",
+    )
+    return raw.hybrid_search(
+        collection, reqs=[dense, sparse], ranker=RRFRanker(60), limit=k, output_fields=OUTPUT_FIELDS
+    )
+
+
+def numpy_top(matrix: np.ndarray, vector: np.ndarray, k: int) -> np.ndarray:
+    """Exact dense top-k by inner product: the physical floor of one dense search."""
+    scores = matrix @ vector
+    top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
+    return top[np.argsort(-scores[top])]
+
+
+async def measure_latency(
+    app: RetrievalApp,
+    endpoint: Endpoint,
+    raw: Any,
+    texts: list[str],
+    matrix: np.ndarray,
+    label: str,
+) -> dict[str, tuple[float, float]]:
+    """Per query, in turn (so drift hits every path alike): the Retrieve RPC with the
+    endpoint's config, embed + raw hybrid_search, raw hybrid_search with the vector given, and
+    numpy brute force over `matrix` (the same leaf vectors). Prints the table; returns
+    path → (p50, p95)."""
+    cfg = endpoint.config
+    k = cfg.top_k * cfg.candidate_multiplier
+    collection = app.store.level_collection(3)
+    vectors = [np.asarray(await app.embedder.embed_query(t), dtype=np.float32) for t in texts]
+    for t, v in zip(texts[:5], vectors[:5], strict=False):  # warm-up
+        await endpoint.retrieve(t)
+        raw_hybrid(raw, collection, t, v, k)
+    paths: dict[str, list[float]] = {
+        "Retrieve RPC": [],
+        "embed + raw hybrid_search": [],
+        "raw hybrid_search": [],
+        "numpy brute-force dense": [],
+    }
+    merged = 0
+    for t, v in zip(texts, vectors, strict=True):
+        ms, reply = await time_async(lambda t=t: endpoint.retrieve(t))
+        paths["Retrieve RPC"].append(ms)
+        merged += reply.meta.auto_merge_applied
+
+        async def embed_and_search(t: str = t) -> Any:
+            vector = np.asarray(await app.embedder.embed_query(t), dtype=np.float32)
+            return raw_hybrid(raw, collection, t, vector, k)
+
+        paths["embed + raw hybrid_search"].append((await time_async(embed_and_search))[0])
+        paths["raw hybrid_search"].append(
+            time_sync(lambda t=t, v=v: raw_hybrid(raw, collection, t, v, k))[0]
+        )
+        paths["numpy brute-force dense"].append(time_sync(lambda v=v: numpy_top(matrix, v, k))[0])
+    rows, header = latency_rows(paths, "Retrieve RPC")
+    print(
+        f"\nlatency, {label}: {len(texts)} queries over {len(matrix)} leaf rows, embedder "
+        f"{app.embedder.name}, top_k={cfg.top_k}, candidate_k={k}, auto-merge "
+        f"{'on' if cfg.auto_merge_enabled else 'off'} (applied on {merged} queries), rerank off:"
+    )
+    print(table(rows, header))
+    stats = {name: p50_p95(values) for name, values in paths.items()}
+    overhead = stats["Retrieve RPC"][0] / stats["embed + raw hybrid_search"][0]
+    floor = stats["Retrieve RPC"][0] / stats["numpy brute-force dense"][0]
+    print(
+        f"service overhead = Retrieve p50 ÷ (embed + raw hybrid_search) p50 = {overhead:.2f} "
+        f"(target ≤ 1.3); Retrieve p50 ÷ numpy floor p50 = {floor:.0f}×"
+    )
+    return stats

@@ -36,8 +36,8 @@ from bench._retrieval_rig import (
     doc_filename,
     doc_metrics,
     doc_ranking,
-    latency_rows,
     load_scifact,
+    measure_latency,
     quiet,
     scratch_db,
     serve_modes,
@@ -48,7 +48,6 @@ from bench._retrieval_rig import (
 )
 from retrieval_service.app import RetrievalApp, create_app
 from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
-from retrieval_service.store import OUTPUT_FIELDS
 
 PUBLISHED = (
     "published SciFact nDCG@10 (test split, full corpus): BM25 0.665, all-MiniLM-L6-v2 0.645"
@@ -220,76 +219,6 @@ async def leaf_vectors(app: RetrievalApp, raw: Any, collection: str) -> np.ndarr
     return np.asarray(rows, dtype=np.float32)
 
 
-def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int) -> Any:
-    """What the service's hybrid recall asks Milvus, written directly against pymilvus."""
-    from pymilvus import AnnSearchRequest, RRFRanker
-
-    dense = AnnSearchRequest(
-        data=[vector.tolist()],
-        anns_field="dense",
-        param={"metric_type": "IP", "params": {"ef": max(256, 2 * k)}},
-        limit=2 * k,
-        expr="chunk_level == 3",
-    )
-    sparse = AnnSearchRequest(
-        data=[text],
-        anns_field="sparse",
-        param={"metric_type": "BM25", "params": {"drop_ratio_search": 0.0}},
-        limit=2 * k,
-        expr="chunk_level == 3",
-    )
-    return raw.hybrid_search(
-        collection, reqs=[dense, sparse], ranker=RRFRanker(60), limit=k, output_fields=OUTPUT_FIELDS
-    )
-
-
-def numpy_top(matrix: np.ndarray, vector: np.ndarray, k: int) -> np.ndarray:
-    scores = matrix @ vector
-    top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
-    return top[np.argsort(-scores[top])]
-
-
-async def latency(
-    app: RetrievalApp, endpoint: Endpoint, raw: Any, texts: list[str], label: str
-) -> None:
-    """Per query, in turn: Retrieve (production config), embed + raw hybrid_search, raw
-    hybrid_search with the vector given, numpy brute-force dense IP."""
-    cfg = endpoint.config
-    k = cfg.top_k * cfg.candidate_multiplier
-    collection = app.store.level_collection(3)
-    matrix = await leaf_vectors(app, raw, collection)
-    vectors = [await app.embedder.embed_query(t) for t in texts]
-    for t, v in zip(texts[:5], vectors[:5], strict=False):  # warm-up
-        await endpoint.retrieve(t)
-        raw_hybrid(raw, collection, t, v, k)
-    paths: dict[str, list[float]] = {
-        "Retrieve RPC": [],
-        "embed + raw hybrid_search": [],
-        "raw hybrid_search": [],
-        "numpy brute-force dense": [],
-    }
-    for t, v in zip(texts, vectors, strict=True):
-        paths["Retrieve RPC"].append((await time_async(lambda t=t: endpoint.retrieve(t)))[0])
-
-        async def embed_and_search(t: str = t) -> Any:
-            vector = await app.embedder.embed_query(t)
-            return raw_hybrid(raw, collection, t, vector, k)
-
-        paths["embed + raw hybrid_search"].append((await time_async(embed_and_search))[0])
-        paths["raw hybrid_search"].append(
-            time_sync(lambda t=t, v=v: raw_hybrid(raw, collection, t, v, k))[0]
-        )
-        paths["numpy brute-force dense"].append(time_sync(lambda v=v: numpy_top(matrix, v, k))[0])
-    rows, header = latency_rows(paths, "Retrieve RPC")
-    print(
-        f"\nlatency, {label}: {len(texts)} queries, {len(matrix)} leaf rows, top_k={cfg.top_k}, "
-        f"candidate_k={k}, auto-merge {'on' if cfg.auto_merge_enabled else 'off'}, rerank off:"
-    )
-    print(table(rows, header))
-    overhead = rows[0][1] / rows[1][1]
-    print(f"service overhead (Retrieve p50 ÷ embed + raw hybrid_search p50): {overhead:.2f}")
-
-
 async def run(args: argparse.Namespace) -> None:
     quiet()
     data = load_scifact(args.data)
@@ -326,7 +255,10 @@ async def run(args: argparse.Namespace) -> None:
                 )
                 await quality(endpoints, data, claim_ids)
                 texts = [data.claims[q] for q in claim_ids[: args.latency_queries]]
-                await latency(app, endpoints["hybrid+merge"], raw, texts, "SciFact collection")
+                matrix = await leaf_vectors(app, raw, app.store.level_collection(3))
+                await measure_latency(
+                    app, endpoints["hybrid+merge"], raw, texts, matrix, "SciFact collection"
+                )
         finally:
             raw.close()
             await app.aclose()
