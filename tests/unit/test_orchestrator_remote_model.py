@@ -153,8 +153,7 @@ async def test_factory_selects_remote_when_base_url_is_set() -> None:
 
 
 def test_factory_selects_the_local_model_without_base_url() -> None:
-    pytest.importorskip(
-        "orchestrator_service.models.local", reason="the built-in local model has not landed yet"
-    )
+    from orchestrator_service.models.local import LocalModel
+
     client = build_model_client(OrchestratorSettings(_env_file=None, llm_base_url=None))
-    assert type(client).__name__ == "LocalModel"
+    assert isinstance(client, LocalModel) and client.name == "local"

@@ -1,0 +1,275 @@
+"""`evidence_grade` from the evidence itself (LOCAL_MODEL.md §2).
+
+Signals, all computed over the leading chunks (the window) in ranking order:
+- coverage: which of the question's key terms each chunk contains;
+- the best chunk: the one covering most terms (the higher-ranked on ties) and its rank;
+- the score signal: the top chunk's rerank score when reranked, else its RRF score relative
+  to the best possible (first in both lists), else its cosine score.
+
+| verdict                 | rule                                                                  |
+|-------------------------|-----------------------------------------------------------------------|
+| answerability sufficient| one chunk covers every key term (all but one when there are ≥ 4)       |
+| answerability partial   | the window together covers at least half of the key terms             |
+| relevance strong        | the best chunk covers ≥ 2/3 of the terms, ranks first, score signal ok |
+| relevance weak          | otherwise, when the window covers ≥ 1/3 of the terms                  |
+| relevance none          | otherwise                                                             |
+| missing_slot            | "这个角色" / "this role": the evidence names ≥ 2 sections of that  |
+|                         | kind and the question names none of them                              |
+| multiple_candidates     | ≥ 2 documents in the window each cover every term (≥ 2 terms), under   |
+|                         | different titles the question does not name                           |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator_service.models.base import EvidenceGrade
+from orchestrator_service.models.local.text import (
+    Evidence,
+    Term,
+    is_chinese,
+    key_terms,
+    prepare_evidence,
+    segment,
+    sub_headings,
+)
+
+WINDOW = 3
+#: RRF with k=60 over the dense and BM25 lists: first in both = 2/61.
+RRF_BEST = 2 / 61
+RRF_MAX = 2 / 60
+#: Below this the top chunk was not near the top of both recall lists, or the reranker
+#: judged it off-topic.
+SCORE_SIGNAL_FLOOR = 0.4
+
+ZH_DEMONSTRATIVES = (
+    "这个", "那个", "这位", "那位", "这款", "那款", "这种", "那种", "这项", "那项", "该",
+)  # fmt: skip
+#: "this role" is a reference; "the role" only when nothing closer is ("the skill of this role").
+EN_REFERENCES = (
+    re.compile(r"\b(?:this|that|these|those)\s+([a-z][a-z-]+)\b", re.IGNORECASE),
+    re.compile(r"\bthe\s+([a-z][a-z-]+)\b", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    terms: list[Term]
+    window: list[Evidence]
+    best: Evidence | None
+    best_covered: list[Term]
+    union_covered: list[Term]
+
+    @property
+    def best_share(self) -> float:
+        return len(self.best_covered) / len(self.terms) if self.terms else 0.0
+
+    @property
+    def union_share(self) -> float:
+        return len(self.union_covered) / len(self.terms) if self.terms else 0.0
+
+
+def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
+    chinese = is_chinese(question)
+    evidence = prepare_evidence(list(docs))
+    coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
+    signal = score_signal(evidence[0]) if evidence else 0.0
+    answerability = answerability_of(coverage)
+    relevance = relevance_of(coverage, signal)
+    signals = describe(coverage, signal)
+
+    if relevance != "none":
+        slot = missing_slot(question, coverage.window, chinese=chinese)
+        if slot:
+            kind, options = slot
+            prompt = (
+                f"知识库里有多个{kind}：{'、'.join(options)}。你指的是哪一个？"
+                if chinese
+                else f"The knowledge base describes several {kind}s: {', '.join(options)}. "
+                f"Which {kind} do you mean?"
+            )
+            return EvidenceGrade(
+                relevance=relevance,
+                answerability=answerability,
+                ambiguity="missing_slot",
+                route="clarify",
+                confidence=0.7,
+                missing_slots=[kind],
+                hitl_prompt=prompt,
+                hitl_options=options,
+                reason=f"missing_slot: '{kind}' is unresolved, evidence names {len(options)}; "
+                + signals,
+            )
+        titles = competing_documents(question, coverage)
+        if titles:
+            prompt = (
+                f"有多份文档都回答了这个问题：{'、'.join(titles)}。你想了解哪一份？"
+                if chinese
+                else f"Several documents answer this differently: {', '.join(titles)}. "
+                "Which one do you mean?"
+            )
+            return EvidenceGrade(
+                relevance=relevance,
+                answerability=answerability,
+                ambiguity="multiple_candidates",
+                route="scope_select",
+                confidence=0.7,
+                hitl_prompt=prompt,
+                hitl_options=titles,
+                reason=f"multiple_candidates: {len(titles)} documents cover every key term; "
+                + signals,
+            )
+    route = suggested_route(relevance, answerability)
+    return EvidenceGrade(
+        relevance=relevance,
+        answerability=answerability,
+        ambiguity="none",
+        route=route,
+        confidence=confidence_of(route, coverage, signal),
+        reason=f"{relevance}/{answerability}: " + signals,
+    )
+
+
+def measure_coverage(terms: list[Term], window: list[Evidence]) -> Coverage:
+    best: Evidence | None = None
+    best_covered: list[Term] = []
+    union: set[str] = set()
+    for chunk in window:
+        covered = chunk.covered(terms)
+        union.update(term.key for term in covered)
+        if best is None or len(covered) > len(best_covered):
+            best, best_covered = chunk, covered
+    union_covered = [term for term in terms if term.key in union]
+    return Coverage(terms, window, best, best_covered, union_covered)
+
+
+def score_signal(top: Evidence) -> float:
+    """The top chunk's score on a 0–1 scale: rerank scores as they are; an RRF score (≤ 2/60)
+    relative to first-in-both-lists; otherwise a cosine score."""
+    if top.score is None:
+        return 0.0
+    if not top.reranked and 0 < top.score <= RRF_MAX:
+        return min(1.0, top.score / RRF_BEST)
+    return max(0.0, min(1.0, top.score))
+
+
+def answerability_of(coverage: Coverage) -> str:
+    terms = len(coverage.terms)
+    if terms == 0:
+        return "none"
+    missing = terms - len(coverage.best_covered)
+    if missing == 0 or (terms >= 4 and missing == 1):
+        return "sufficient"
+    return "partial" if coverage.union_share >= 0.5 else "none"
+
+
+def relevance_of(coverage: Coverage, signal: float) -> str:
+    best = coverage.best
+    if (
+        best is not None
+        and coverage.best_share >= 2 / 3
+        and best.rank == 1
+        and signal >= SCORE_SIGNAL_FLOOR
+    ):
+        return "strong"
+    return "weak" if coverage.union_share >= 1 / 3 else "none"
+
+
+def suggested_route(relevance: str, answerability: str) -> str:
+    if relevance == "none" or answerability == "none":
+        return "no_knowledge"
+    if relevance == "strong" and answerability == "sufficient":
+        return "answer"
+    return "rewrite"
+
+
+def confidence_of(route: str, coverage: Coverage, signal: float) -> float:
+    if route == "answer":
+        value = 0.6 * coverage.best_share + 0.4 * signal
+    elif route == "no_knowledge":
+        value = 1.0 - 0.5 * coverage.union_share
+    else:
+        value = 0.3 + 0.4 * coverage.union_share
+    return round(max(0.0, min(1.0, value)), 2)
+
+
+def describe(coverage: Coverage, signal: float) -> str:
+    terms = len(coverage.terms)
+    if not terms:
+        return "the question has no key terms"
+    best = coverage.best
+    where = f" in chunk {best.rank} ({best.filename})" if best and coverage.best_covered else ""
+    missing = [term.surface for term in coverage.terms if term not in coverage.union_covered]
+    text = (
+        f"key terms {len(coverage.best_covered)}/{terms} in one chunk{where}, "
+        f"{len(coverage.union_covered)}/{terms} in the top {len(coverage.window)}; "
+        f"score signal {signal:.2f}"
+    )
+    return text + (f"; not found: {', '.join(missing)}" if missing else "")
+
+
+def missing_slot(
+    question: str, window: list[Evidence], *, chinese: bool
+) -> tuple[str, list[str]] | None:
+    """(kind, candidates) when the question refers to "this/that <kind>" and the evidence
+    has ≥ 2 sections of that kind, none of which the question names."""
+    kind = referenced_kind(question, chinese=chinese)
+    if not kind:
+        return None
+    lowered_kind = kind.lower()
+    candidates: list[str] = []
+    for chunk in window:
+        for heading, body in sub_headings(chunk.text):
+            mentions_kind = lowered_kind in body.lower() or lowered_kind in heading.lower()
+            if mentions_kind and heading not in candidates:
+                candidates.append(heading)
+    if len(candidates) < 2:
+        return None
+    lowered_question = question.lower()
+    if any(candidate.lower() in lowered_question for candidate in candidates):
+        return None
+    return kind, candidates
+
+
+def referenced_kind(question: str, *, chinese: bool) -> str:
+    """The noun after a demonstrative ("这个角色" → 角色, "this role" → role), or ""."""
+    if chinese:
+        tokens = segment(question)
+        for index, token in enumerate(tokens[:-1]):
+            if token in ZH_DEMONSTRATIVES:
+                return tokens[index + 1]
+            for demonstrative in ZH_DEMONSTRATIVES:
+                if token.startswith(demonstrative) and len(token) > len(demonstrative):
+                    return token[len(demonstrative) :]
+        return ""
+    for pattern in EN_REFERENCES:
+        match = pattern.search(question)
+        if match:
+            return match.group(1).lower()
+    return ""
+
+
+def competing_documents(question: str, coverage: Coverage) -> list[str]:
+    """Titles of the documents in the window that each cover every key term, when there are
+    ≥ 2 of them, the top chunk is one, and the question names none of their titles."""
+    if len(coverage.terms) < 2:
+        return []
+    titles: list[str] = []
+    files: set[str] = set()
+    for chunk in coverage.window:
+        if len(chunk.covered(coverage.terms)) < len(coverage.terms) or chunk.filename in files:
+            continue
+        if chunk.rank == 1 or titles:
+            files.add(chunk.filename)
+            if chunk.title not in titles:
+                titles.append(chunk.title)
+    if len(titles) < 2:
+        return []
+    question_terms = {term.key for term in key_terms(question)}
+    distinct = [{term.key for term in key_terms(title)} - question_terms for title in titles]
+    if any(not words for words in distinct):
+        return []  # a title the question already names (all its words are in the question)
+    return titles
