@@ -10,7 +10,8 @@ Signals, all computed over the leading chunks (the window) in ranking order:
 |-------------------------|-----------------------------------------------------------------------|
 | answerability sufficient| one chunk covers every key term (all but one when there are ≥ 4)       |
 | answerability partial   | the window together covers at least half of the key terms             |
-| relevance strong        | the best chunk covers ≥ 2/3 of the terms, ranks first, score signal ok |
+| relevance strong        | the best chunk covers ≥ 2/3 of the terms, scores ≥ 0.9 × the top score |
+|                         | and the score signal is ok                                            |
 | relevance weak          | otherwise, when the window covers ≥ 1/3 of the terms                  |
 | relevance none          | otherwise                                                             |
 | missing_slot            | "这个角色" / "this role": the evidence names ≥ 2 sections of that  |
@@ -44,6 +45,8 @@ RRF_MAX = 2 / 60
 #: Below this the top chunk was not near the top of both recall lists, or the reranker
 #: judged it off-topic.
 SCORE_SIGNAL_FLOOR = 0.4
+#: A chunk scoring at least this share of the top score counts as ranked at the top.
+CLOSE_TO_TOP = 0.9
 
 ZH_DEMONSTRATIVES = (
     "这个", "那个", "这位", "那位", "这款", "那款", "这种", "那种", "这项", "那项", "该",
@@ -167,15 +170,26 @@ def answerability_of(coverage: Coverage) -> str:
 
 
 def relevance_of(coverage: Coverage, signal: float) -> str:
-    best = coverage.best
+    best, top = coverage.best, coverage.window[0] if coverage.window else None
     if (
         best is not None
+        and top is not None
         and coverage.best_share >= 2 / 3
-        and best.rank == 1
+        and close_to_top(best, top)
         and signal >= SCORE_SIGNAL_FLOOR
     ):
         return "strong"
     return "weak" if coverage.union_share >= 1 / 3 else "none"
+
+
+def close_to_top(chunk: Evidence, top: Evidence) -> bool:
+    """Whether `chunk` scores within CLOSE_TO_TOP of the top chunk (itself, or a chunk the
+    ranking barely put behind it)."""
+    if chunk is top:
+        return True
+    if chunk.score is None or top.score is None or top.score <= 0:
+        return False
+    return chunk.score >= CLOSE_TO_TOP * top.score
 
 
 def suggested_route(relevance: str, answerability: str) -> str:
