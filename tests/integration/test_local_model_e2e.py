@@ -1,0 +1,126 @@
+"""End to end on `make run`'s configuration: the real retrieval service on Milvus Lite with the
+built-in embedder and the bundled samples, the orchestrator with NO model endpoint (so the
+built-in local model serves), driven through the real Run / Resume RPCs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+import pytest_asyncio
+from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+
+from orchestrator_service.app import build_app
+from orchestrator_service.settings import OrchestratorSettings
+from retrieval_service.app import seed_samples
+from shared.codec import rag_trace_from_proto
+from tests.integration.retrieval_harness import running_service
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stub(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[object]:
+    async with running_service(tmp_path_factory.mktemp("kb") / "kb.db", chunking=None) as kb:
+        assert await seed_samples(kb.app, str(SAMPLES)) == len(list(SAMPLES.iterdir()))
+        settings = OrchestratorSettings(
+            _env_file=None,
+            orchestrator_port=0,
+            bind_host="127.0.0.1",
+            retrieval_addr=f"127.0.0.1:{kb.port}",
+            llm_base_url=None,
+        )
+        app = build_app(settings)
+        assert app.model.name == "local"
+        port = await app.server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            yield orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+        finally:
+            await channel.close()
+            await app.server.stop(0)
+            await app.aclose()
+
+
+async def run(stub: object, question: str) -> orchestrator_pb2.RunResult:
+    return await stub.Run(orchestrator_pb2.RunRequest(question=question))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("question", "filename"),
+    [
+        ("成年人每晚需要睡多久？", "sleep_health.zh.md"),
+        ("What is an event loop?", "python_asyncio.en.md"),
+        ("喝茶会影响睡眠吗？", "tea_culture.zh.txt"),
+    ],
+)
+async def test_answer(stub: object, question: str, filename: str) -> None:
+    result = await run(stub, question)
+    assert (result.route, result.retrieval_status) == ("answer", "answerable")
+    assert filename in {doc.filename for doc in result.docs}
+
+
+@pytest.mark.parametrize(
+    ("question", "options", "answer"),
+    [
+        ("这个角色的属性是什么？", ["丹瑾", "赤羽", "墨言"], "丹瑾"),
+        ("What is the skill of this role?", ["Navigator", "Quartermaster", "Lookout"], "Navigator"),
+    ],
+)
+async def test_clarify_then_resume_answers(
+    stub: object, question: str, options: list[str], answer: str
+) -> None:
+    asked = await run(stub, question)
+    trace = rag_trace_from_proto(asked.rag_trace)
+    assert (asked.route, trace["evidence_ambiguity"]) == ("clarify", "missing_slot")
+    assert list(trace["hitl_options"]) == options and trace["hitl_prompt"]
+    request = orchestrator_pb2.ResumeRequest(
+        resume_state=asked.hitl_resume_state, user_answer=answer
+    )
+    resumed = await stub.Resume(request)  # type: ignore[attr-defined]
+    assert (resumed.route, resumed.retrieval_status) == ("answer", "answerable")
+    assert rag_trace_from_proto(resumed.rag_trace)["query"] == f"{answer}：{question}"
+
+
+@pytest.mark.parametrize(
+    ("question", "options"),
+    [
+        ("云存储套餐包含多少存储空间？", ["标准版云存储套餐", "专业版云存储套餐"]),
+        ("What is the response time for support tickets?",
+         ["Basic Support Plan", "Premium Support Plan"]),
+    ],
+)  # fmt: skip
+async def test_scope_select(stub: object, question: str, options: list[str]) -> None:
+    result = await run(stub, question)
+    assert (result.route, result.retrieval_status) == ("scope_select", "needs_scope_selection")
+    assert list(rag_trace_from_proto(result.rag_trace)["hitl_options"]) == options
+
+
+@pytest.mark.parametrize(
+    "question", ["量子计算机的工作原理是什么？", "How do I bake sourdough bread?"]
+)
+async def test_no_knowledge(stub: object, question: str) -> None:
+    result = await run(stub, question)
+    assert (result.route, result.retrieval_status) == ("no_knowledge", "no_knowledge")
+
+
+@pytest.mark.parametrize(
+    ("question", "method"), [("晚上喝茶会失眠吗？", "hyde"), ("Why is Venus so hot?", "step_back")]
+)
+async def test_partial_evidence_is_rewritten_once(stub: object, question: str, method: str) -> None:
+    result = await run(stub, question)
+    trace = rag_trace_from_proto(result.rag_trace)
+    assert trace["rewrite_method"] == method and trace["retrieval_stage"] == "rewritten"
+    assert trace["rewritten_query"].startswith(question)
+
+
+async def test_complex_question_fans_out_and_synthesises(stub: object) -> None:
+    result = await run(stub, "比较绿茶和红茶的发酵程度")
+    trace = rag_trace_from_proto(result.rag_trace)
+    assert trace["complexity"] == "complex"
+    assert list(trace["sub_questions"]) == ["绿茶的发酵程度", "红茶的发酵程度"]
+    assert len(trace["sub_traces"]) == 2 and result.route == "answer"
+    assert "tea_culture.zh.txt" in {doc.filename for doc in result.docs}
