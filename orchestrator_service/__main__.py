@@ -22,7 +22,7 @@ async def _serve(settings: OrchestratorSettings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("ask", "resume"):
+    if argv:  # ask / resume, or --help and mistakes: the CLI's parser answers, never the server
         from orchestrator_service.cli import main as cli_main
 
         return cli_main(argv)
