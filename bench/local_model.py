@@ -1,0 +1,58 @@
+"""Per-task latency of the built-in local model (p50 / p95 in µs) on the bundled samples' texts,
+zh and en. The end-to-end Run latency and the SciFact agreement figures are not measured here."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator_service.models.local import LocalModel
+from orchestrator_service.models.local.complexity import classify
+from orchestrator_service.models.local.grading import grade
+from orchestrator_service.models.local.rewrite import rewrite
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+ROUNDS = 2000
+QUESTIONS = (
+    "这个角色的属性是什么？",
+    "比较绿茶和红茶的发酵程度",
+    "What is the response time for support tickets?",
+)
+
+
+def _docs() -> list[dict[str, object]]:
+    files = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".md", ".txt"))
+    return [
+        {"text": p.read_text(encoding="utf-8"), "filename": p.name, "score": 2 / (61 + i)}
+        for i, p in enumerate(files[:8])
+    ]
+
+
+def _percentiles(task: Callable[[], object]) -> tuple[float, float]:
+    samples = []
+    for _ in range(ROUNDS):
+        started = time.perf_counter_ns()
+        task()
+        samples.append((time.perf_counter_ns() - started) / 1000)
+    cuts = statistics.quantiles(samples, n=20)
+    return statistics.median(samples), cuts[18]
+
+
+def main() -> None:
+    LocalModel()  # loads jieba's dictionary once, as the service does at start-up
+    docs = _docs()
+    print(f"{'task':<28}{'question':<50}{'p50 µs':>10}{'p95 µs':>10}")
+    for question in QUESTIONS:
+        for name, task in (
+            ("complexity_classification", lambda q=question: classify(q)),
+            ("evidence_grade (8 chunks)", lambda q=question: grade(q, docs)),
+            ("query_rewrite (8 chunks)", lambda q=question: rewrite(q, docs)),
+        ):
+            p50, p95 = _percentiles(task)
+            print(f"{name:<28}{question:<50}{p50:>10.0f}{p95:>10.0f}")
+
+
+if __name__ == "__main__":
+    main()
