@@ -13,7 +13,7 @@ from supermew.v1 import orchestrator_pb2
 from shared.codec import hitl_state_to_proto, rag_trace_from_proto
 from tests.fakes.model_server import ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import API_KEY, start_stack
-from tests.fakes.retrieval_servicer import RetrievalScript, chunk
+from tests.fakes.retrieval_servicer import FakeRetrieval, RetrievalScript, chunk
 
 Q = "丹瑾是什么属性？"
 Q_LONG = "请介绍一下公司年假制度里面关于新员工的具体规定内容"
@@ -344,3 +344,21 @@ async def test_stream_blank_question_is_invalid_argument(stack) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _events(stack.stub.StreamRun(orchestrator_pb2.RunRequest(question=" ")))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_retrieval_calls_are_balanced_round_robin_over_the_target_addresses() -> None:
+    script = RetrievalScript().add(Q, D)
+    replicas = [await FakeRetrieval(script).start() for _ in range(2)]
+    target = "ipv4:" + ",".join(r.address for r in replicas)
+    ms = ModelScript().add("evidence_grade", Q, grade("strong", "sufficient", "answer"))
+    s = await start_stack(ms, script, retrieval_addr=target)
+    try:
+        for _ in range(8):
+            assert (await s.run(Q)).route == "answer"
+        # pick_first would send all 8 to one replica; round_robin spreads them once both
+        # subchannels are READY (the first calls may all land on the one that connected first)
+        assert min(len(r.queries) for r in replicas) >= 2, [len(r.queries) for r in replicas]
+    finally:
+        await s.aclose()
+        for r in replicas:
+            await r.stop()
