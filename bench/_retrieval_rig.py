@@ -169,6 +169,7 @@ class Endpoint:
     name: str
     stub: retrieval_pb2_grpc.RetrievalServiceStub
     config: RetrievalConfig
+    address: str
 
     async def retrieve(
         self, query: str, top_k: int | None = None
@@ -215,7 +216,7 @@ async def serve_modes(
             )
             channels.append(channel)
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
-            endpoints[name] = Endpoint(name, stub, config)
+            endpoints[name] = Endpoint(name, stub, config, f"127.0.0.1:{port}")
         yield endpoints
     finally:
         for channel in channels:

@@ -1,0 +1,119 @@
+"""End-to-end `Run` latency with the built-in local model on the bundled samples (issue 3
+"Benchmark"): `make run`'s configuration — the retrieval service on Milvus Lite with the built-in
+embedder, the orchestrator with no model endpoint — both served on loopback in this process.
+
+Per question: Run p50/p95 beside one bare Retrieve RPC of the same question, so the table shows
+what classification, grading, rewrite and the graph add on top of recall (which embeds the
+query and searches, and dominates)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+
+from bench._retrieval_rig import (
+    MODES,
+    bench_settings,
+    p50_p95,
+    quiet,
+    scratch_db,
+    serve_modes,
+    table,
+)
+from orchestrator_service.app import build_app
+from orchestrator_service.settings import OrchestratorSettings
+from retrieval_service.app import create_app, seed_samples
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+ROUNDS = 30
+QUESTIONS = (
+    "成年人每晚需要睡多久？",
+    "What is an event loop?",
+    "这个角色的属性是什么？",
+    "云存储套餐包含多少存储空间？",
+    "What is the response time for support tickets?",
+    "晚上喝茶会失眠吗？",
+    "比较绿茶和红茶的发酵程度",
+    "量子计算机的原理是什么？",
+    "Why is Venus so hot?",
+)
+
+
+async def _timed(call, rounds: int) -> tuple[list[float], object]:
+    reply = await call()  # warm-up
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        reply = await call()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples, reply
+
+
+async def run(rounds: int) -> None:
+    quiet()
+    with scratch_db("bench-local-run-") as db:
+        app = await create_app(bench_settings(db))
+        await seed_samples(app, str(SAMPLES))
+        orchestrator = None
+        try:
+            async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
+                retrieval = endpoints["hybrid+merge"]
+                orchestrator = build_app(
+                    OrchestratorSettings(
+                        _env_file=None,
+                        orchestrator_port=0,
+                        bind_host="127.0.0.1",
+                        retrieval_addr=retrieval.address,
+                        llm_base_url=None,
+                        log_level="WARNING",
+                    )
+                )
+                port = await orchestrator.server.start()
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+                    rows = []
+                    for question in QUESTIONS:
+                        request = orchestrator_pb2.RunRequest(question=question)
+                        runs, result = await _timed(lambda r=request: stub.Run(r), rounds)
+                        bare, _ = await _timed(lambda q=question: retrieval.retrieve(q), rounds)
+                        route = result.route
+                        if result.rag_trace.HasField("rewrite_method"):
+                            route = f"rewrite ({result.rag_trace.rewrite_method}) → {route}"
+                        if result.rag_trace.complexity == "complex":
+                            route = f"complex → {route}"
+                        run50, run95 = p50_p95(runs)
+                        bare50, _ = p50_p95(bare)
+                        rows.append(
+                            [question, route, round(run50, 1), round(run95, 1), round(bare50, 1),
+                             round(run50 / bare50, 2)]
+                        )  # fmt: skip
+        finally:
+            if orchestrator is not None:
+                await orchestrator.server.stop(0)
+                await orchestrator.aclose()
+            await app.aclose()
+    print(
+        f"Run through the real RPCs, local model, {len(list(SAMPLES.iterdir()))} sample documents, "
+        f"{rounds} Runs per question after a warm-up (ms)"
+    )
+    print(
+        table(
+            rows,
+            ["question", "route", "Run p50", "Run p95", "one Retrieve p50", "Run ÷ Retrieve"],
+        )
+    )
+    print("a complex question retrieves once per sub-question, a rewrite twice")
+
+
+def main(argv: list[str] | None = None) -> None:
+    rounds = int(argv[0]) if argv else ROUNDS
+    asyncio.run(run(rounds))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
