@@ -117,6 +117,15 @@ def subset(data: SciFact, limit: int, judged_share: float) -> tuple[list[str], l
     return list(chosen), picked
 
 
+def selection(
+    data_dir: Path, limit: int, judged_share: float, claims: int
+) -> tuple[SciFact, list[str], list[str]]:
+    """The benchmark's SciFact, its doc ids and its claim ids (the first `claims` when > 0)."""
+    data = load_scifact(data_dir)
+    doc_ids, claim_ids = subset(data, limit, judged_share)
+    return data, doc_ids, claim_ids[:claims] if claims else claim_ids
+
+
 def doc_filename(doc_id: str) -> str:
     return f"{doc_id}.txt"
 

@@ -27,11 +27,10 @@ from bench._retrieval_rig import (
     MODES,
     SCIFACT_DIR,
     bench_settings,
-    load_scifact,
     quiet,
     scratch_db,
+    selection,
     serve_modes,
-    subset,
     table,
 )
 from bench.retrieval_scifact import ingest
@@ -48,10 +47,7 @@ def precision_recall(counts: Counter[tuple[bool, bool]]) -> tuple[float, float]:
 
 async def run(args: argparse.Namespace) -> None:
     quiet()
-    data = load_scifact(args.data)
-    doc_ids, claim_ids = subset(data, args.limit, args.judged_share)
-    if args.claims:
-        claim_ids = claim_ids[: args.claims]
+    data, doc_ids, claim_ids = selection(args.data, args.limit, args.judged_share, args.claims)
     model = LocalModel()
     with scratch_db("bench-local-scifact-", args.db) as db:
         app = await create_app(bench_settings(db))

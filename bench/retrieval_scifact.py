@@ -36,12 +36,11 @@ from bench._retrieval_rig import (
     doc_filename,
     doc_metrics,
     doc_ranking,
-    load_scifact,
     measure_latency,
     quiet,
     scratch_db,
+    selection,
     serve_modes,
-    subset,
     table,
     time_async,
     time_sync,
@@ -221,10 +220,7 @@ async def leaf_vectors(app: RetrievalApp, raw: Any, collection: str) -> np.ndarr
 
 async def run(args: argparse.Namespace) -> None:
     quiet()
-    data = load_scifact(args.data)
-    doc_ids, claim_ids = subset(data, args.limit, args.judged_share)
-    if args.claims:
-        claim_ids = claim_ids[: args.claims]
+    data, doc_ids, claim_ids = selection(args.data, args.limit, args.judged_share, args.claims)
     scope = (
         "the full corpus"
         if len(doc_ids) == len(data.corpus)
