@@ -25,9 +25,7 @@ def _environment() -> dict[str, str]:
 
 def main() -> int:
     env = _environment()
-    procs = [
-        subprocess.Popen([sys.executable, "-m", name], cwd=ROOT, env=env) for name in SERVICES
-    ]
+    procs = [subprocess.Popen([sys.executable, "-m", name], cwd=ROOT, env=env) for name in SERVICES]
     requested = False
 
     def stop() -> None:
