@@ -47,6 +47,7 @@ from bench._retrieval_rig import (
 )
 from retrieval_service.app import RetrievalApp, create_app
 from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
+from retrieval_service.ingest import store_row
 
 PUBLISHED = (
     "published SciFact nDCG@10 (test split, full corpus): BM25 0.665, all-MiniLM-L6-v2 0.645"
@@ -117,22 +118,7 @@ async def ingestion_ratio(
     ]
     embed_s = time.perf_counter() - started
     matrix = np.concatenate(vectors)
-    rows = [
-        {
-            "chunk_id": c.chunk_id,
-            "text": c.text,
-            "dense": matrix[i].tolist(),
-            "filename": c.filename,
-            "file_type": c.file_type,
-            "file_path": c.file_path,
-            "page_number": c.page_number,
-            "parent_chunk_id": c.parent_chunk_id,
-            "root_chunk_id": c.root_chunk_id,
-            "chunk_level": c.chunk_level,
-            "chunk_idx": c.chunk_idx,
-        }
-        for i, c in enumerate(records)
-    ]
+    rows = [store_row(c, matrix[i]) for i, c in enumerate(records)]
     collection = app.store.level_collection(3)
     insert_ms, _ = time_sync(lambda: raw.insert(collection, rows))
     embedder = len(texts) / embed_s

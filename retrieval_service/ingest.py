@@ -172,7 +172,7 @@ class Ingestor:
         rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
         counts: dict[str, list[int]] = {}
         for c in p.chunks:
-            rows[c.chunk_level].append(_row(c, p.vectors[c.chunk_id]))
+            rows[c.chunk_level].append(store_row(c, p.vectors[c.chunk_id]))
             counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
         entry = DocumentEntry(p.filename, p.file_type, p.pages, counts)
         new_ids = {lvl: {r["chunk_id"] for r in rows[lvl]} for lvl in LEVELS}
@@ -265,11 +265,12 @@ def _mean_parent_vectors(p: _Prepared) -> None:
             p.vectors[c.chunk_id] = normalise(np.mean(np.stack(stack), axis=0))
 
 
-def _row(c: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
+def store_row(c: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
+    """The Milvus row of one chunk: its record fields plus the dense vector."""
     return {
         "chunk_id": c.chunk_id,
         "text": c.text,
-        "dense": [float(x) for x in vector],
+        "dense": vector.tolist(),
         "filename": c.filename,
         "file_type": c.file_type,
         "file_path": c.file_path,
