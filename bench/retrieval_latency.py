@@ -32,7 +32,9 @@ from bench._retrieval_rig import (
     table,
 )
 from retrieval_service.app import create_app
+from retrieval_service.chunking import ChunkRecord
 from retrieval_service.embedding import HashingEmbedder, normalise
+from retrieval_service.ingest import store_row
 
 DIM = 384
 VOCABULARY = 30_000
@@ -94,19 +96,19 @@ def _row(
     level: int,
     idx: int,
 ) -> dict:
-    return {
-        "chunk_id": chunk_id,
-        "text": text,
-        "dense": vector.tolist(),
-        "filename": filename,
-        "file_type": "Text",
-        "file_path": filename,
-        "page_number": "1",
-        "parent_chunk_id": parent,
-        "root_chunk_id": parent or chunk_id,
-        "chunk_level": level,
-        "chunk_idx": idx,
-    }
+    record = ChunkRecord(
+        chunk_id=chunk_id,
+        parent_chunk_id=parent,
+        root_chunk_id=parent or chunk_id,
+        chunk_level=level,
+        chunk_idx=idx,
+        text=text,
+        filename=filename,
+        file_type="Text",
+        file_path=filename,
+        page_number="1",
+    )
+    return store_row(record, vector)
 
 
 def wait_until_idle(max_seconds: float = 300.0) -> float:
