@@ -108,13 +108,35 @@ async def test_no_knowledge(stub: object, question: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("question", "method"), [("晚上喝茶会失眠吗？", "hyde"), ("Why is Venus so hot?", "step_back")]
+    ("question", "method", "lacking"),
+    [("晚上喝茶会失眠吗？", "hyde", "「失眠」"), ("Why is Venus so hot?", "step_back", "“hot”")],
 )
-async def test_partial_evidence_is_rewritten_once(stub: object, question: str, method: str) -> None:
+async def test_partial_evidence_is_rewritten_once(
+    stub: object, question: str, method: str, lacking: str
+) -> None:
     result = await run(stub, question)
     trace = rag_trace_from_proto(result.rag_trace)
     assert trace["rewrite_method"] == method and trace["retrieval_stage"] == "rewritten"
     assert trace["rewritten_query"].startswith(question)
+    # The base never pairs these terms in one chunk, so the second grade still finds them
+    # apart and asks the user rather than answering.
+    assert result.route == "clarify" and trace["rewrite_retrieved_chunks"]
+    assert lacking in trace["hitl_prompt"]
+
+
+async def test_rewrite_then_answers(stub: object) -> None:
+    """The base words the answer differently ("watered", "succulent", "needs"): BM25 misses the
+    Watering section, fusion ranks it 5th, and the window's chunks each cover part of the
+    question. HyDE quotes the Watering section's own sentence, so the second retrieval ranks
+    it first and the second grade answers."""
+    result = await run(stub, "How much water do succulents need?")
+    trace = rag_trace_from_proto(result.rag_trace)
+    assert trace["rewrite_method"] == "hyde" and trace["retrieval_stage"] == "rewritten"
+    window = [chunk["text"] for chunk in trace["initial_retrieved_chunks"][:3]]
+    assert not any("is watered only" in text for text in window)
+    assert "A succulent is watered only" in trace["hyde_document"]
+    assert (result.route, result.retrieval_status) == ("answer", "answerable")
+    assert "is watered only" in result.docs[0].text
 
 
 async def test_complex_question_fans_out_and_synthesises(stub: object) -> None:

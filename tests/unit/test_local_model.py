@@ -111,6 +111,13 @@ def test_grade_partial_when_no_chunk_covers_every_term_suggests_rewrite() -> Non
     docs = [doc(SLEEP_ZH, "sleep.zh.md"), doc("# 茶\n\n绿茶不经过发酵。", "tea.zh.txt", 2)]
     verdict = grade("咖啡因和绿茶发酵的半衰期", docs)
     assert verdict.answerability == "partial" and verdict.route == "rewrite"
+    # Asked only if the rewrite does not help: names what the best chunk lacks.
+    assert (
+        verdict.hitl_prompt
+        == "我找到了相关内容，但没有一段同时提到「绿茶」、「发酵」。请补充一下你具体想问的条件。"
+    )
+    english = grade("Do coroutines run on threads?", [doc(ASYNCIO, "a.md")])
+    assert english.answerability == "partial" and "“threads”" in english.hitl_prompt
 
 
 def test_rewrite_step_back_for_specific_questions() -> None:
@@ -127,6 +134,23 @@ def test_rewrite_hyde_uses_the_evidence_vocabulary_and_is_marked() -> None:
     assert zh.hyde_document.startswith("假设性回答") and "七到九小时" in zh.hyde_document
     en = rewrite("event loop", [doc(ASYNCIO, "a.md")])
     assert en.hyde_document.startswith("Hypothetical answer") and "coroutines" in en.hyde_document
+
+
+def test_rewrite_hyde_quotes_the_chunk_that_words_the_answer_below_the_window() -> None:
+    """The best-covering chunk ranked 5th (BM25 missed "watered"): HyDE reads every retrieved
+    chunk and leads with that chunk's sentence, which covers the most terms."""
+    partial = [
+        doc("# Light\n\nSucculents need full sun.", "plants.html", 1),
+        doc("# Problems\n\nYellow leaves mean too much water.", "plants.html", 2),
+        doc("# Soil\n\nSucculents need a gritty soil.", "plants.html", 3),
+        doc("# Care\n\nGroup plants with similar needs.", "plants.html", 4),
+    ]
+    sentence = "A succulent needs watering once its soil is dry."
+    answer = doc(sentence, "plants.html", 5)
+    plan = rewrite("How much water do succulents need?", [*partial, answer])
+    assert plan.method == "hyde"
+    assert plan.hyde_document.index(sentence) < plan.hyde_document.index("Succulents need")
+    assert grade("How much water do succulents need?", partial).answerability == "partial"
 
 
 async def test_local_model_serves_the_model_client_interface() -> None:

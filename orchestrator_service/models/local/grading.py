@@ -132,7 +132,24 @@ def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
         ambiguity="none",
         route=route,
         confidence=confidence_of(route, coverage, signal),
+        hitl_prompt=follow_up_prompt(coverage, chinese=chinese)
+        if answerability == "partial"
+        else "",
         reason=f"{relevance}/{answerability}: " + signals,
+    )
+
+
+def follow_up_prompt(coverage: Coverage, *, chinese: bool) -> str:
+    """What to ask the user if partial evidence survives the rewrite (the route resolver then
+    clarifies), in the question's language and naming what the best chunk lacks."""
+    lacking = [term.surface for term in coverage.terms if term not in coverage.best_covered]
+    if chinese:
+        named = "、".join(f"「{surface}」" for surface in lacking)
+        return f"我找到了相关内容，但没有一段同时提到{named}。请补充一下你具体想问的条件。"
+    named = ", ".join(f"“{surface}”" for surface in lacking)
+    return (
+        f"I found related passages, but none that also covers {named}. "
+        "Could you say more precisely what you want to know?"
     )
 
 

@@ -94,9 +94,14 @@ def step_back_question(
 
 def hyde_document(question: str, terms: list[Term], evidence: list[Evidence], chinese: bool) -> str:
     """A short hypothetical answer built from the evidence's own sentences that mention the
-    question's terms (most terms first), so the second retrieval speaks the base's language."""
+    question's terms (most terms first), so the second retrieval speaks the base's language.
+
+    It reads every retrieved chunk, not only the graded window: the chunk that words the
+    answer differently from the question ("watered" for "water") is the one BM25 missed and
+    fusion ranked below the window, and quoting its sentences is what lets the second
+    retrieval find it."""
     scored: list[tuple[int, int, str]] = []
-    for chunk in evidence[:WINDOW]:
+    for chunk in evidence:
         for position, sentence in enumerate(_sentences(chunk.text)):
             hits = sum(chunk_sentence_covers(sentence, term) for term in terms)
             if hits:
