@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+import traceback
 from typing import Any
 
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {
@@ -34,6 +35,19 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class MilvusLiteUnimplementedFilter(logging.Filter):
+    """Drops the traceback Milvus Lite's in-process gRPC adapter logs each time pymilvus asks it
+    for AllocTimestamp (while waiting for an index): the adapter does not implement the method,
+    pymilvus ignores UNIMPLEMENTED by design and carries on, so the traceback reports nothing
+    wrong. Any other NotImplementedError still gets through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or not isinstance(record.exc_info[1], NotImplementedError):
+            return True
+        frames = traceback.extract_tb(record.exc_info[2])
+        return not (frames and frames[-1].name == "AllocTimestamp")
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Install one stderr handler on the root logger (replacing any earlier one)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -43,6 +57,12 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
         )
+    handler.addFilter(MilvusLiteUnimplementedFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Milvus Lite's faiss probes for AVX512/AVX2 builds at import and reports each miss at
+    # INFO ("Could not load library …") before loading the generic build it ships; shown
+    # again at DEBUG.
+    faiss_level = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    logging.getLogger("faiss.loader").setLevel(faiss_level)

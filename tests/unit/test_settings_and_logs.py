@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.settings import RetrievalSettings
-from shared.logs import JsonLineFormatter
+from shared.logs import JsonLineFormatter, MilvusLiteUnimplementedFilter
 from shared.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,3 +94,25 @@ def test_json_line_formatter_emits_one_object_per_record() -> None:
     assert first["message"] == "served 問題" and first["level"] == "WARNING"
     assert first["route"] == "answer" and first["logger"] == "test.jsonlines"
     assert second["level"] == "ERROR" and "ValueError: boom" in second["exc_info"]
+
+
+def _unimplemented_record(method: str) -> logging.LogRecord:
+    def raise_unimplemented() -> None:
+        raise NotImplementedError("Method not implemented!")
+
+    raise_unimplemented.__code__ = raise_unimplemented.__code__.replace(co_name=method)
+    try:
+        raise_unimplemented()
+    except NotImplementedError:
+        return logging.LogRecord(
+            "grpc._server", logging.ERROR, __file__, 1, "Exception calling application: %s",
+            ("Method not implemented!",), sys.exc_info(),
+        )  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+def test_milvus_lite_alloc_timestamp_noise_is_dropped_and_nothing_else() -> None:
+    noise = MilvusLiteUnimplementedFilter()
+    assert not noise.filter(_unimplemented_record("AllocTimestamp"))
+    assert noise.filter(_unimplemented_record("Search"))
+    assert noise.filter(logging.LogRecord("x", logging.ERROR, __file__, 1, "plain", (), None))
