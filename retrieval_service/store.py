@@ -22,6 +22,8 @@ T = TypeVar("T")
 # The analyser both Milvus Lite (jieba package) and real Milvus 2.5+ accept; it splits Chinese
 # into words and English on whitespace/punctuation.
 ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
+#: What a BM25 index without explicit parameters scores with (Milvus and Milvus Lite alike).
+BM25_DEFAULTS: dict[str, float] = {"bm25_k1": 1.5, "bm25_b": 0.75}
 LEVELS = (1, 2, 3)
 OUTPUT_FIELDS = [
     "chunk_id",
@@ -139,21 +141,41 @@ class ChunkStore:
         )
         return schema
 
+    def bm25_params(self) -> dict[str, float]:
+        return {"bm25_k1": self.config.bm25_k1, "bm25_b": self.config.bm25_b}
+
     def _chunk_indexes(self) -> Any:
+        # Build parameters go nested under "params": pymilvus would otherwise send each one
+        # as its own key, which Milvus Lite 3.2 silently drops (k1 falls back to 1.5, HNSW to
+        # its defaults); real Milvus unpacks the nested form the same way.
         params = self._client.prepare_index_params()
         params.add_index(
             field_name="dense",
             index_type="HNSW",
             metric_type="IP",
-            params={"M": 16, "efConstruction": 256},
+            params={"params": {"M": 16, "efConstruction": 256}},
         )
         params.add_index(
             field_name="sparse",
             index_type="SPARSE_INVERTED_INDEX",
             metric_type="BM25",
-            params={"bm25_k1": self.config.bm25_k1, "bm25_b": self.config.bm25_b},
+            params={"params": self.bm25_params()},
         )
         return params
+
+    def _warn_on_bm25_drift(self, name: str) -> None:
+        """An existing leaf collection keeps the BM25 parameters it was built with; say so when
+        they differ from the configured ones (stores created before the nested-params fix
+        carry Lite's default k1 = 1.5)."""
+        index = self._client.describe_index(name, "sparse") or {}
+        built = {**index, **(index.get("params") or {})}  # Milvus flattens them, Lite nests
+        got = {key: float(built.get(key, default)) for key, default in BM25_DEFAULTS.items()}
+        if got != self.bm25_params():
+            log.warning(
+                "collection %s scores BM25 with %s, configured %s; re-create it (new "
+                "MILVUS_COLLECTION or a fresh store) and re-ingest to apply the configured values",
+                name, got, self.bm25_params(),
+            )  # fmt: skip
 
     def _registry_schema(self) -> Any:
         from pymilvus import DataType, MilvusClient
@@ -231,6 +253,8 @@ class ChunkStore:
             schema = schema_factory()
             if self._client.has_collection(name):
                 self._check_existing(name, schema)
+                if name != self.registry_collection:
+                    self._warn_on_bm25_drift(name)
             else:
                 log.info("creating Milvus collection %s", name)
                 self._client.create_collection(name, schema=schema, index_params=index_factory())

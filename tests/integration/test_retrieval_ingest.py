@@ -239,3 +239,25 @@ async def test_english_long_document_uses_default_sizes(tmp_path) -> None:
     assert max(len(r["text"]) for r in rows[2].values()) <= 1600
     assert max(len(r["text"]) for r in rows[3].values()) <= 800
     assert SMALL.l3.size == 80
+
+
+async def test_index_build_parameters_reach_milvus_lite(tmp_path, caplog) -> None:
+    """The configured BM25 k1/b and the HNSW parameters are what the store is built with
+    (sent flat, Milvus Lite dropped them and scored with k1 = 1.5); a store built otherwise
+    keeps working and says how it differs."""
+    db = tmp_path / "params.db"
+    async with running_service(db) as svc:
+        client = svc.app.store._client
+        leaf = svc.app.store.level_collection(3)
+        sparse = client.describe_index(leaf, "sparse")["params"]
+        assert {k: float(sparse[k]) for k in ("bm25_k1", "bm25_b")} == {
+            "bm25_k1": 1.2,
+            "bm25_b": 0.75,
+        }
+        dense = client.describe_index(leaf, "dense")["params"]
+        assert (int(dense["M"]), int(dense["efConstruction"])) == (16, 256)
+    other = StoreConfig(uri=str(db), token=None, collection="supermew_chunks", dim=384, bm25_k1=2.0)
+    with caplog.at_level("WARNING", logger="retrieval_service.store"):
+        app = await create_app(RetrievalSettings(milvus_uri=str(db)), embedder=model(), store=other)
+        await app.aclose()
+    assert "scores BM25 with {'bm25_k1': 1.2, 'bm25_b': 0.75}, configured" in caplog.text
