@@ -157,7 +157,16 @@ class Ingestor:
         async with self._lock:
             for p in prepared:
                 reports.append(await self._write(p))
+            await self._seal()
         return reports
+
+    async def _seal(self) -> None:
+        """The rows are written (and durable in Milvus's log) by now; sealing only makes them
+        fast to search, so a failure is logged and the request still succeeds."""
+        try:
+            await self._store.seal()
+        except Exception:
+            log.warning("could not flush the written rows into indexed segments", exc_info=True)
 
     async def _write(self, p: _Prepared) -> IngestedDocument:
         try:
@@ -239,6 +248,7 @@ class Ingestor:
                         await self._store.delete_document(name)
             except Exception as exc:
                 raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+            await self._seal()
         return deleted
 
     async def list_documents(self) -> list[DocumentEntry]:

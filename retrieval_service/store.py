@@ -63,6 +63,11 @@ class StoreConfig:
     bm25_drop_ratio_search: float = 0.0
     timeout_seconds: float = 10.0
 
+    @property
+    def embedded(self) -> bool:
+        """A file path means Milvus Lite in this process; a URL means a Milvus server."""
+        return not self.uri.startswith(("http://", "https://"))
+
 
 @dataclass(slots=True)
 class DocumentEntry:
@@ -259,9 +264,30 @@ class ChunkStore:
                 log.info("creating Milvus collection %s", name)
                 self._client.create_collection(name, schema=schema, index_params=index_factory())
             self._client.load_collection(name)
+        # A Lite store written before writes were sealed replays its whole log into the
+        # memtable on every start; seal it once here.
+        self._seal()
+
+    def _all_collections(self) -> list[str]:
+        return [*(self.level_collection(lvl) for lvl in LEVELS), self.registry_collection]
+
+    def _seal(self) -> None:
+        """Milvus Lite keeps writes in its memtable until 128 MB have accumulated, and every
+        search walks the memtable row by row and rebuilds its BM25 index: at 19k SciFact leaves
+        a Retrieve took 4 s before a flush and 0.2–0.3 s after it, with the same hits (99.6 %
+        of the top 100). So on Lite each write is flushed into indexed segments (a no-op when
+        nothing is pending). A Milvus server seals and indexes segments itself."""
+        if not self.config.embedded:
+            return
+        for name in self._all_collections():
+            self._client.flush(name)
+
+    async def seal(self) -> None:
+        """Make the rows written so far searchable through the indexes (see `_seal`)."""
+        await self._run(self._seal)
 
     def _load_all(self) -> None:
-        for name in [*(self.level_collection(lvl) for lvl in LEVELS), self.registry_collection]:
+        for name in self._all_collections():
             self._client.load_collection(name)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
