@@ -30,6 +30,7 @@ from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from retrieval_service.store import OUTPUT_FIELDS
+from shared.lexical import bm25_text
 from shared.serve import GrpcServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,7 +300,7 @@ def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int)
         expr="chunk_level == 3",
     )
     sparse = AnnSearchRequest(
-        data=[text],
+        data=[bm25_text(text)],
         anns_field="sparse",
         param={"metric_type": "BM25", "params": {"drop_ratio_search": 0.0}},
         limit=2 * k,

@@ -41,7 +41,7 @@ QUESTIONS = (
     "比较绿茶和红茶的发酵程度",
     "量子计算机的原理是什么？",
     "Why is Venus so hot?",
-    "How much water do succulents need?",
+    "多肉要浇多少水？",
 )
 
 

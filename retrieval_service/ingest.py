@@ -25,6 +25,7 @@ from retrieval_service.loaders import (
 )
 from retrieval_service.store import LEVELS, ChunkStore, DocumentEntry
 from shared.errors import DependencyUnavailable, InvalidArgument
+from shared.lexical import bm25_text
 
 log = logging.getLogger(__name__)
 
@@ -280,6 +281,7 @@ def store_row(c: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
     return {
         "chunk_id": c.chunk_id,
         "text": c.text,
+        "bm25_text": bm25_text(c.text),
         "dense": vector.tolist(),
         "filename": c.filename,
         "file_type": c.file_type,

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from shared.lexical import bm25_text
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -118,13 +120,14 @@ class ChunkStore:
 
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=_ID_MAX)
+        schema.add_field("text", DataType.VARCHAR, max_length=65535)
+        # What BM25 reads: the text with English words stemmed (shared.lexical.bm25_text).
         schema.add_field(
-            "text",
+            "bm25_text",
             DataType.VARCHAR,
             max_length=65535,
             enable_analyzer=True,
             analyzer_params=ANALYZER_PARAMS,
-            enable_match=True,
         )
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_field("dense", DataType.FLOAT_VECTOR, dim=self.config.dim)
@@ -140,7 +143,7 @@ class ChunkStore:
             Function(
                 name="text_bm25",
                 function_type=FunctionType.BM25,
-                input_field_names=["text"],
+                input_field_names=["bm25_text"],
                 output_field_names=["sparse"],
             )
         )
@@ -335,7 +338,7 @@ class ChunkStore:
         from pymilvus import AnnSearchRequest
 
         return AnnSearchRequest(
-            data=[text],
+            data=[bm25_text(text)],
             anns_field="sparse",
             param={
                 "metric_type": "BM25",
@@ -377,7 +380,7 @@ class ChunkStore:
     def _bm25(self, level: int, text: str, limit: int) -> list[dict[str, Any]]:
         result = self._client.search(
             self.level_collection(level),
-            data=[text],
+            data=[bm25_text(text)],
             anns_field="sparse",
             search_params={
                 "metric_type": "BM25",
@@ -445,7 +448,7 @@ class ChunkStore:
         return _delete_count(result, 0)
 
     def _full_rows(self, level: int, ids: Sequence[str]) -> list[dict[str, Any]]:
-        fields = [*OUTPUT_FIELDS, "dense"]
+        fields = [*OUTPUT_FIELDS, "bm25_text", "dense"]
         return list(self._get(level, list(ids), fields).values())
 
     async def upsert_chunks(self, level: int, rows: list[dict[str, Any]]) -> None:

@@ -340,3 +340,17 @@ async def test_both_sides_failing_gives_retrieve_failed(tmp_path) -> None:
 
 def _store(db) -> StoreConfig:
     return StoreConfig(uri=str(db), token=None, collection="supermew_chunks", dim=384)
+
+
+async def test_bm25_matches_english_inflections_both_ways(tmp_path) -> None:
+    """Documents and queries reach the BM25 analyser stemmed (shared.lexical.bm25_text):
+    "water" finds "watered", "Succulents" finds "succulent", and Chinese is untouched."""
+    async with running_service(tmp_path / "stems.db", chunking=None) as svc:
+        await svc.ingest(
+            ("plants.txt", b"A succulent is watered only after its soil has dried out."),
+            ("other.txt", b"Ferns like a peaty compost that stays moist."),
+            ("zh.txt", "多肉类植物等盆土完全干透后才浇水。".encode()),
+        )
+        hits = await svc.app.store.bm25_search(3, "How much water do Succulents need?", 10)
+        assert hits[0]["filename"] == "plants.txt"
+        assert {h["filename"] for h in await svc.app.store.bm25_search(3, "浇水", 10)} == {"zh.txt"}

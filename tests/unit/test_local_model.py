@@ -137,8 +137,8 @@ def test_rewrite_hyde_uses_the_evidence_vocabulary_and_is_marked() -> None:
 
 
 def test_rewrite_hyde_quotes_the_chunk_that_words_the_answer_below_the_window() -> None:
-    """The best-covering chunk ranked 5th (BM25 missed "watered"): HyDE reads every retrieved
-    chunk and leads with that chunk's sentence, which covers the most terms."""
+    """The best-covering chunk ranked 5th (BM25 missed it): HyDE reads every retrieved chunk
+    and leads with that chunk's sentence, which covers the most terms."""
     partial = [
         doc("# Light\n\nSucculents need full sun.", "plants.html", 1),
         doc("# Problems\n\nYellow leaves mean too much water.", "plants.html", 2),

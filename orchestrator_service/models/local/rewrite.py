@@ -96,9 +96,9 @@ def hyde_document(question: str, terms: list[Term], evidence: list[Evidence], ch
     """A short hypothetical answer built from the evidence's own sentences that mention the
     question's terms (most terms first), so the second retrieval speaks the base's language.
 
-    It reads every retrieved chunk, not only the graded window: the chunk that words the
-    answer differently from the question ("watered" for "water") is the one BM25 missed and
-    fusion ranked below the window, and quoting its sentences is what lets the second
+    It reads every retrieved chunk, not only the graded window: a chunk that holds the
+    question's words only inside longer ones (多肉 in 多肉类, 水 in 浇水) is one BM25 missed
+    and fusion ranked below the window, and quoting its sentences is what lets the second
     retrieval find it."""
     scored: list[tuple[int, int, str]] = []
     for chunk in evidence:

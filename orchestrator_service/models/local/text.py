@@ -8,12 +8,12 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import PurePath
 from typing import Any
 
 import jieba
-import snowballstemmer
+
+from shared.lexical import stem
 
 jieba.setLogLevel(logging.WARNING)
 
@@ -47,13 +47,6 @@ EN_STOP_WORDS = words(
     "tell explain describe list give show know vs versus kind sort type way thing things "
     "get got make made use used using"
 )
-
-_EN_STEMMER = snowballstemmer.stemmer("english")
-
-
-@lru_cache(maxsize=65536)
-def stem(word: str) -> str:
-    return _EN_STEMMER.stemWord(word)
 
 
 def is_chinese(text: str) -> bool:
