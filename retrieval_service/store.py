@@ -279,7 +279,11 @@ class ChunkStore:
         search walks the memtable row by row and rebuilds its BM25 index: at 19k SciFact leaves
         a Retrieve took 4 s before a flush and 0.2–0.3 s after it, with the same hits (99.6 %
         of the top 100). So on Lite each write is flushed into indexed segments (a no-op when
-        nothing is pending). A Milvus server seals and indexes segments itself."""
+        nothing is pending). A Milvus server seals and indexes segments itself.
+
+        The price: Lite scores BM25 with each segment's own IDF (its source says so). Its
+        size-tiered compaction merges small segments as they pile up, so the skew is confined
+        to the few newest, smallest ones; RRF uses ranks, which softens it further."""
         if not self.config.embedded:
             return
         for name in self._all_collections():
