@@ -54,6 +54,10 @@ def print_result(data: dict[str, Any], out: TextIO) -> None:
     trace = data["rag_trace"] or {}
     print(f"question: {data['question']}", file=out)
     print(f"route:    {data['route']} ({data['retrieval_status']})", file=out)
+    if trace.get("rewrite_method"):
+        print(
+            f"rewrite:  {trace['rewrite_method']}, graded again after a second retrieval", file=out
+        )
     if data["hitl_resume_state"] is not None:
         print(f"HITL:     {trace.get('hitl_prompt', '')}", file=out)
         for option in trace.get("hitl_options") or ():

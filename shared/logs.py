@@ -35,6 +35,9 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+CHATTY_LOGGERS = ("faiss.loader", "milvus_lite.engine.collection")
+
+
 class MilvusLiteUnimplementedFilter(logging.Filter):
     """Drops the traceback Milvus Lite's in-process gRPC adapter logs each time pymilvus asks it
     for AllocTimestamp (while waiting for an index): the adapter does not implement the method,
@@ -61,8 +64,9 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Milvus Lite's faiss probes for AVX512/AVX2 builds at import and reports each miss at
-    # INFO ("Could not load library …") before loading the generic build it ships; shown
-    # again at DEBUG.
-    faiss_level = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
-    logging.getLogger("faiss.loader").setLevel(faiss_level)
+    # Dependency chatter shown only at DEBUG: faiss reports each AVX512/AVX2 build it fails to
+    # load ("Could not load library …") before loading the generic one it ships, and Milvus
+    # Lite logs every background segment-index build, i.e. after each flush of an ingest.
+    quiet_level = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(quiet_level)

@@ -4,6 +4,7 @@ built-in local model serves), driven through the real Run / Resume RPCs."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest_asyncio
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
 from orchestrator_service.app import build_app
+from orchestrator_service.cli import print_result, result_to_dict
 from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.app import seed_samples
 from shared.codec import rag_trace_from_proto
@@ -141,6 +143,9 @@ async def test_rewrite_then_answers(stub: object) -> None:
     assert answer in trace["hyde_document"]
     assert (result.route, result.retrieval_status) == ("answer", "answerable")
     assert any(answer in doc.text for doc in result.docs[:3])
+    shown = io.StringIO()
+    print_result(result_to_dict(result), shown)
+    assert "route:    answer (answerable)\nrewrite:  hyde," in shown.getvalue()
 
 
 async def test_complex_question_fans_out_and_synthesises(stub: object) -> None:

@@ -102,6 +102,7 @@ async def test_cli_reaches_every_route_and_resumes(stack, tmp_path: Path) -> Non
     assert rc == 0
     assert "收到 HITL 补充，继续原 RAG 流程 — 卡卡罗" in out
     assert "route:    rewrite (needs_rewrite)" in out and "evidence: 1 chunk(s)" in out
+    assert "rewrite:  " not in out  # resume reports the verdict, it does not rewrite
     assert [r.task for r in stack.model.requests].count("query_rewrite") == 0
 
 
