@@ -19,7 +19,7 @@ from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import RetrievalSettings
-from retrieval_service.store import ChunkStore, StoreConfig
+from retrieval_service.store import ChunkStore, StoreConfig, is_embedded_uri
 from shared.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def build_embedder(settings: RetrievalSettings) -> Embedder:
 
 def store_config(settings: RetrievalSettings, dim: int) -> StoreConfig:
     uri = settings.milvus_uri
-    if not uri.startswith(("http://", "https://", "tcp://", "unix:")):
+    if is_embedded_uri(uri):
         if not uri.endswith(".db"):
             raise ConfigurationError(
                 f"MILVUS_URI={uri!r}: a Milvus Lite path must end in .db (or use http://host:port)"

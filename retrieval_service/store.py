@@ -52,6 +52,15 @@ def ids_filter(ids: Iterable[str]) -> str:
     return "chunk_id in [" + ", ".join(quote(i) for i in ids) + "]"
 
 
+#: URI schemes that name a Milvus server; anything else is a Milvus Lite file path.
+SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
+
+
+def is_embedded_uri(uri: str) -> bool:
+    """A file path means Milvus Lite in this process; a URL means a Milvus server."""
+    return not uri.startswith(SERVER_SCHEMES)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     uri: str
@@ -67,8 +76,7 @@ class StoreConfig:
 
     @property
     def embedded(self) -> bool:
-        """A file path means Milvus Lite in this process; a URL means a Milvus server."""
-        return not self.uri.startswith(("http://", "https://"))
+        return is_embedded_uri(self.uri)
 
 
 @dataclass(slots=True)
