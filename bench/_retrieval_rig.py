@@ -131,6 +131,12 @@ def doc_filename(doc_id: str) -> str:
     return f"{doc_id}.txt"
 
 
+async def missing_abstracts(app: Any, doc_ids: list[str]) -> list[str]:
+    """The abstracts a reused store (`--db`) does not hold yet, so a re-run ingests only those."""
+    have = {entry.filename for entry in await app.ingestor.list_documents()}
+    return [d for d in doc_ids if doc_filename(d) not in have]
+
+
 def doc_ranking(filenames: list[str]) -> list[str]:
     """Chunk filenames in rank order → doc ids ranked by their best chunk."""
     return list(dict.fromkeys(name.removesuffix(".txt") for name in filenames))

@@ -27,6 +27,7 @@ from bench._retrieval_rig import (
     MODES,
     SCIFACT_DIR,
     bench_settings,
+    missing_abstracts,
     quiet,
     scratch_db,
     selection,
@@ -54,8 +55,7 @@ async def run(args: argparse.Namespace) -> None:
         try:
             async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
                 endpoint = endpoints["hybrid+merge"]
-                have = {e.filename for e in await app.ingestor.list_documents()}
-                todo = [d for d in doc_ids if f"{d}.txt" not in have]
+                todo = await missing_abstracts(app, doc_ids)
                 if todo:
                     await ingest(endpoint, data, todo, args.batch)
                 answerable: Counter[tuple[bool, bool]] = Counter()

@@ -37,6 +37,7 @@ from bench._retrieval_rig import (
     doc_metrics,
     doc_ranking,
     measure_latency,
+    missing_abstracts,
     quiet,
     scratch_db,
     selection,
@@ -226,8 +227,7 @@ async def run(args: argparse.Namespace) -> None:
         raw = MilvusClient(uri=db)  # the same in-process Milvus Lite, reached directly
         try:
             async with serve_modes(app, MODES) as endpoints:
-                have = {e.filename for e in await app.ingestor.list_documents()}
-                todo = [d for d in doc_ids if doc_filename(d) not in have]
+                todo = await missing_abstracts(app, doc_ids)
                 if todo:
                     await ingest(endpoints["hybrid"], data, todo, args.batch)
                 else:
