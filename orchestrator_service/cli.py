@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
+from orchestrator_service.resume import ResumeSnapshot
 from orchestrator_service.settings import OrchestratorSettings
 from shared.codec import (
     chunk_from_proto,
@@ -26,6 +27,7 @@ from shared.codec import (
     hitl_state_to_proto,
     rag_trace_from_proto,
 )
+from shared.errors import InvalidArgument
 
 
 def result_to_dict(result: orchestrator_pb2.RunResult) -> dict[str, Any]:
@@ -73,22 +75,16 @@ def print_result(data: dict[str, Any], out: TextIO) -> None:
     print(json.dumps(trace, ensure_ascii=False, indent=2), file=out)
 
 
-def load_snapshot(path: str) -> dict[str, Any]:
+def load_snapshot(path: str) -> ResumeSnapshot:
+    """The snapshot of an `ask --json` result file (or of its bare `hitl_resume_state`),
+    checked as the server will check it; InvalidArgument names the failing key."""
     text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
     data = json.loads(text)
-    if "hitl_resume_state" in data:
+    if isinstance(data, dict) and "hitl_resume_state" in data:
         data = data["hitl_resume_state"]
-    if not data:
+    if not data or not isinstance(data, dict):
         raise ValueError("the file holds no resume snapshot (the result was not HITL)")
-    return {
-        "question": data.get("question", ""),
-        "route": data.get("route", ""),
-        "retrieval_status": data.get("retrieval_status", ""),
-        "rewrite_count": data.get("rewrite_count", 0),
-        "complexity": data.get("complexity"),
-        "complexity_reason": data.get("complexity_reason"),
-        "sub_questions": data.get("sub_questions") or [],
-    }
+    return ResumeSnapshot.from_mapping(data)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,7 +116,7 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
             unary, stream = stub.Run, stub.StreamRun
         else:
             request = orchestrator_pb2.ResumeRequest(
-                resume_state=hitl_state_to_proto(load_snapshot(args.snapshot)),
+                resume_state=hitl_state_to_proto(load_snapshot(args.snapshot).to_dict()),
                 user_answer=args.answer,
             )
             unary, stream = stub.Resume, stub.StreamResume
@@ -143,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, InvalidArgument) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

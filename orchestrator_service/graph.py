@@ -7,7 +7,6 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from orchestrator_service.context import RunContext
 from orchestrator_service.nodes.classify import (
     classify_complexity,
     fan_out,
@@ -23,6 +22,7 @@ from orchestrator_service.nodes.retrieve import (
 from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
 from orchestrator_service.nodes.sub_agent import rag_sub_agent
 from orchestrator_service.nodes.synthesis import synthesis
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
 
 

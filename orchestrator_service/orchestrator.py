@@ -12,15 +12,11 @@ from typing import Any
 from langgraph.graph.state import CompiledStateGraph
 
 from orchestrator_service import steps
-from orchestrator_service.context import Retriever, RunContext
 from orchestrator_service.graph import build_rag_graph, build_resume_graph
 from orchestrator_service.models.base import ModelClient
-from orchestrator_service.resume import (
-    build_resume_state,
-    state_from_resume,
-    validate_resume_state,
-)
+from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
+from orchestrator_service.runtime import Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
 from shared.errors import InvalidArgument
@@ -58,12 +54,10 @@ class Orchestrator:
         retrieval: Retriever,
         *,
         max_question_chars: int = 4000,
-        top_k: int | None = None,
     ) -> None:
         self.model = model
         self.retrieval = retrieval
         self._max_chars = max_question_chars
-        self._top_k = top_k
         self._graph, self._resume_graph = compiled_graphs()
 
     def _check_text(self, field: str, text: str) -> None:
@@ -74,7 +68,7 @@ class Orchestrator:
 
     def _context(self, steps_sink: StepSink, timeout: float | None) -> RunContext:
         deadline = None if timeout is None else time.monotonic() + timeout
-        return RunContext(self.model, self.retrieval, steps_sink, deadline, self._top_k)
+        return RunContext(self.model, self.retrieval, steps_sink, deadline)
 
     async def run(
         self, question: str, *, timeout: float | None = None, steps_sink: StepSink = NULL_SINK
@@ -94,7 +88,7 @@ class Orchestrator:
         steps_sink: StepSink = NULL_SINK,
     ) -> RunOutcome:
         """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading."""
-        snapshot = validate_resume_state(resume_state)
+        snapshot = ResumeSnapshot.from_mapping(resume_state)
         self._check_text("user_answer", user_answer)
         state = state_from_resume(snapshot, user_answer)
         self._check_text("question", state["question"])
@@ -105,7 +99,8 @@ class Orchestrator:
 
 
 def _outcome(state: Mapping[str, Any]) -> RunOutcome:
-    route, status = state.get("route") or "", state.get("retrieval_status") or ""
+    # str(): the state holds vocabulary StrEnums; the outcome carries their plain values.
+    route, status = str(state.get("route") or ""), str(state.get("retrieval_status") or "")
     return RunOutcome(
         question=state["question"],
         route=route,
@@ -113,5 +108,7 @@ def _outcome(state: Mapping[str, Any]) -> RunOutcome:
         docs=state.get("docs") or [],
         context=state.get("context") or "",
         rag_trace=normalize_rag_trace(state.get("rag_trace")),
-        hitl_resume_state=build_resume_state(state) if is_hitl(route, status) else None,
+        hitl_resume_state=ResumeSnapshot.from_state(state).to_dict()
+        if is_hitl(route, status)
+        else None,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from orchestrator_service.context import Retrieval
+from orchestrator_service.runtime import Retrieval
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.errors import DeadlineExceeded, DependencyUnavailable
 

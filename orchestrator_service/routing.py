@@ -4,17 +4,19 @@ default HITL follow-up prompts. Pure functions; the grading node applies them.""
 from __future__ import annotations
 
 from orchestrator_service.models.base import EvidenceGrade
+from shared.trace_fields import (
+    HITL_ROUTES,
+    HITL_STATUS_FOR_ROUTE,
+    HITL_STATUSES,
+    Ambiguity,
+    Answerability,
+    Relevance,
+    RetrievalStatus,
+    Route,
+)
 
-ANSWER = "answer"
-REWRITE = "rewrite"
-CLARIFY = "clarify"
-SCOPE_SELECT = "scope_select"
-NO_KNOWLEDGE = "no_knowledge"
-
-HITL_ROUTES = frozenset({CLARIFY, SCOPE_SELECT})
-HITL_STATUSES = frozenset({"needs_clarification", "needs_scope_selection"})
 #: Routes after which S.docs / S.context are cleared (SPEC.md §3 table).
-CLEARING_ROUTES = frozenset({NO_KNOWLEDGE, CLARIFY, SCOPE_SELECT})
+CLEARING_ROUTES: frozenset[Route] = HITL_ROUTES | {Route.NO_KNOWLEDGE}
 
 #: The one rewrite the main question may spend (SPEC.md §2 S3).
 REWRITE_BUDGET = 1
@@ -26,7 +28,7 @@ DEFAULT_CLARIFY_PROMPT = "我找到了相关内容，但证据不足以确定答
 
 def resolve_route(
     grade: EvidenceGrade, *, has_docs: bool, rewrite_count: int, is_sub_agent: bool
-) -> str:
+) -> Route:
     """The final route of one grading (SPEC.md §3, REFERENCE.md §2.8.1). First match wins:
 
     | #  | condition (NK = no_knowledge)                             | route                    |
@@ -46,35 +48,40 @@ def resolve_route(
     The model's suggested route is therefore not necessarily the final route.
     """
     budget_left = rewrite_count < REWRITE_BUDGET
-    strong_sufficient = grade.relevance == "strong" and grade.answerability == "sufficient"
-    if not has_docs or grade.relevance == "none":
-        return NO_KNOWLEDGE
-    if grade.ambiguity == "missing_slot":
-        return CLARIFY
-    if grade.ambiguity == "multiple_candidates":
-        return SCOPE_SELECT
-    if grade.route == ANSWER and strong_sufficient:
-        return ANSWER
+    strong_sufficient = (
+        grade.relevance == Relevance.STRONG and grade.answerability == Answerability.SUFFICIENT
+    )
+    if not has_docs or grade.relevance == Relevance.NONE:
+        return Route.NO_KNOWLEDGE
+    if grade.ambiguity == Ambiguity.MISSING_SLOT:
+        return Route.CLARIFY
+    if grade.ambiguity == Ambiguity.MULTIPLE_CANDIDATES:
+        return Route.SCOPE_SELECT
+    if grade.route == Route.ANSWER and strong_sufficient:
+        return Route.ANSWER
     if is_sub_agent:
-        return ANSWER if grade.answerability in ("partial", "sufficient") else NO_KNOWLEDGE
-    if grade.route == REWRITE:
+        usable = grade.answerability in (Answerability.PARTIAL, Answerability.SUFFICIENT)
+        return Route.ANSWER if usable else Route.NO_KNOWLEDGE
+    if grade.route == Route.REWRITE:
         if budget_left:
-            return REWRITE
-        return CLARIFY if grade.answerability == "partial" else NO_KNOWLEDGE
-    if grade.answerability == "partial":
-        return REWRITE if budget_left else CLARIFY
-    return ANSWER if strong_sufficient else NO_KNOWLEDGE
+            return Route.REWRITE
+        return Route.CLARIFY if grade.answerability == Answerability.PARTIAL else Route.NO_KNOWLEDGE
+    if grade.answerability == Answerability.PARTIAL:
+        return Route.REWRITE if budget_left else Route.CLARIFY
+    return Route.ANSWER if strong_sufficient else Route.NO_KNOWLEDGE
 
 
-def retrieval_status_for(route: str, answerability: str) -> str:
+def retrieval_status_for(route: str, answerability: str) -> RetrievalStatus:
     """`retrieval_status` read with the final route (SPEC.md §3, REFERENCE.md §2.8.2)."""
-    if route == ANSWER:
-        return "partial" if answerability == "partial" else "answerable"
-    return {
-        REWRITE: "needs_rewrite",
-        CLARIFY: "needs_clarification",
-        SCOPE_SELECT: "needs_scope_selection",
-    }.get(route, "no_knowledge")
+    if route == Route.ANSWER:
+        if answerability == Answerability.PARTIAL:
+            return RetrievalStatus.PARTIAL
+        return RetrievalStatus.ANSWERABLE
+    if route == Route.REWRITE:
+        return RetrievalStatus.NEEDS_REWRITE
+    if route in HITL_ROUTES:
+        return HITL_STATUS_FOR_ROUTE[Route(route)]
+    return RetrievalStatus.NO_KNOWLEDGE
 
 
 def hitl_prompt_for(route: str, grade: EvidenceGrade) -> str:
@@ -85,7 +92,7 @@ def hitl_prompt_for(route: str, grade: EvidenceGrade) -> str:
         return ""
     if grade.hitl_prompt.strip():
         return grade.hitl_prompt
-    if route == SCOPE_SELECT:
+    if route == Route.SCOPE_SELECT:
         return DEFAULT_SCOPE_PROMPT
     slots = [slot for slot in grade.missing_slots if slot.strip()]
     if slots:

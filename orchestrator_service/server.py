@@ -55,11 +55,15 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     def __init__(self, core: Orchestrator) -> None:
         self._core = core
 
-    async def Run(self, request, context):
+    async def Run(
+        self, request: orchestrator_pb2.RunRequest, context: grpc.aio.ServicerContext
+    ) -> orchestrator_pb2.RunResult:
         outcome = await self._core.run(request.question, timeout=_time_left(context))
         return result_to_proto(outcome)
 
-    async def Resume(self, request, context):
+    async def Resume(
+        self, request: orchestrator_pb2.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> orchestrator_pb2.RunResult:
         outcome = await self._core.resume(
             hitl_state_from_proto(request.resume_state),
             request.user_answer,
@@ -67,14 +71,18 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
         )
         return result_to_proto(outcome)
 
-    async def StreamRun(self, request, context):
+    async def StreamRun(
+        self, request: orchestrator_pb2.RunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
         timeout = _time_left(context)
         async for event in _stream(
             lambda sink: self._core.run(request.question, timeout=timeout, steps_sink=sink)
         ):
             yield event
 
-    async def StreamResume(self, request, context):
+    async def StreamResume(
+        self, request: orchestrator_pb2.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
         timeout = _time_left(context)
         snapshot = hitl_state_from_proto(request.resume_state)
         async for event in _stream(

@@ -1,6 +1,6 @@
 """S, the run state passed between graph nodes (SPEC.md §1–§2, REFERENCE.md §2.2). The raw
 trace T lives in `rag_trace`; the request's clients and progress sink are not state but the
-graph's runtime context (orchestrator_service.context)."""
+graph's runtime context (orchestrator_service.runtime)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from shared.trace_fields import RewriteMethod
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -102,13 +104,15 @@ GRADE_NO_KNOWLEDGE = ("⛔", "知识库中未找到可用证据")
 REWRITE = ("✏️", "正在重写查询...")
 REWRITE_EXHAUSTED = ("⛔", "改写预算已用完，停止检索")
 REWRITE_CHOOSE = ("🧠", "选择 Step-back / HyDE 重写方式")
-REWRITE_DONE = ("✅", "重写检索完成，共 {n} 个片段")
 RESUME = ("▶️", "收到 HITL 补充，继续原 RAG 流程")
 RESUME_RETRIEVE = ("🔎", "使用 HITL 补充进行针对性检索")
 RESUME_LEVELS = ("🧱", "HITL 三级分块检索")
 SYNTHESIS_DONE_EMPTY = ("⛔", "所有子问题都没有可用证据")
 
-METHOD_LABELS = {"step_back": "Step-back", "hyde": "HyDE"}
+METHOD_LABELS: dict[RewriteMethod, str] = {
+    RewriteMethod.STEP_BACK: "Step-back",
+    RewriteMethod.HYDE: "HyDE",
+}
 
 
 def confidence_detail(confidence: float) -> str:

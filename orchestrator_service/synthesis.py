@@ -7,11 +7,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator_service.routing import ANSWER, CLARIFY, NO_KNOWLEDGE, SCOPE_SELECT
+from shared.scores import fold_score
+from shared.trace_fields import (
+    HITL_STATUS_FOR_ROUTE,
+    HITL_STATUSES,
+    TOOL_NAME,
+    Answerability,
+    Complexity,
+    Relevance,
+    RetrievalStatus,
+    Route,
+    Stage,
+)
 
-TOOL_NAME = "search_knowledge_base"
-ACCEPTED_STATUSES = frozenset({"answerable", "partial"})
-_HITL_CHILD_STATUSES = ("needs_clarification", "needs_scope_selection")
+#: The children whose evidence synthesis merges (SPEC.md §4).
+ACCEPTED_STATUSES: frozenset[RetrievalStatus] = frozenset(
+    {RetrievalStatus.ANSWERABLE, RetrievalStatus.PARTIAL}
+)
+_ROUTE_FOR_HITL_STATUS: dict[RetrievalStatus, Route] = {
+    status: route for route, status in HITL_STATUS_FOR_ROUTE.items()
+}
 
 
 def dedupe_key(doc: Mapping[str, Any]) -> str:
@@ -21,22 +36,6 @@ def dedupe_key(doc: Mapping[str, Any]) -> str:
     if chunk_id:
         return chunk_id
     return f"{doc.get('filename') or ''}|{doc.get('page_number') or ''}|{doc.get('text') or ''}"
-
-
-def _fold_score(target: dict[str, Any], incoming: Mapping[str, Any]) -> None:
-    """Max rule of REFERENCE.md §1.5: the incoming chunk's effective score (rerank_score, else
-    score) raises the target's rerank_score when either has one, else its score."""
-    value = incoming.get("rerank_score")
-    if value is None:
-        value = incoming.get("score")
-    if value is None:
-        return
-    if target.get("rerank_score") is not None or incoming.get("rerank_score") is not None:
-        current = target.get("rerank_score")
-        target["rerank_score"] = value if current is None else max(current, value)
-    else:
-        current = target.get("score")
-        target["score"] = value if current is None else max(current, value)
 
 
 def dedupe_documents(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -50,7 +49,7 @@ def dedupe_documents(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if kept is None:
             merged[key] = dict(doc)
         else:
-            _fold_score(kept, doc)
+            fold_score(kept, doc)
     result = list(merged.values())
     for rank, doc in enumerate(result, start=1):
         doc["rrf_rank"] = rank
@@ -88,29 +87,34 @@ def synthesize(
     sub_traces = [t for t in (normalize_sub_trace(r.get("rag_trace")) for r in sub_results) if t]
     hitl_prompt = ""
     hitl_options: list[str] = []
+    status: RetrievalStatus
+    route: Route
     if docs:
-        any_partial = any(r.get("retrieval_status") == "partial" for r in accepted)
-        status = "partial" if any_partial else "answerable"
-        route = ANSWER
-        relevance, answerability = "strong", ("partial" if any_partial else "sufficient")
+        any_partial = any(r.get("retrieval_status") == RetrievalStatus.PARTIAL for r in accepted)
+        status = RetrievalStatus.PARTIAL if any_partial else RetrievalStatus.ANSWERABLE
+        route = Route.ANSWER
+        relevance = Relevance.STRONG
+        answerability = Answerability.PARTIAL if any_partial else Answerability.SUFFICIENT
     else:
-        relevance = answerability = "none"
-        hitl = [t for t in sub_traces if t.get("retrieval_status") in _HITL_CHILD_STATUSES]
+        relevance, answerability = Relevance.NONE, Answerability.NONE
+        hitl = [t for t in sub_traces if t.get("retrieval_status") in HITL_STATUSES]
         if hitl:
-            scope = [t for t in hitl if t["retrieval_status"] == "needs_scope_selection"]
-            status = (scope or hitl)[0]["retrieval_status"]
-            route = SCOPE_SELECT if status == "needs_scope_selection" else CLARIFY
+            scope = [
+                t for t in hitl if t["retrieval_status"] == RetrievalStatus.NEEDS_SCOPE_SELECTION
+            ]
+            status = RetrievalStatus((scope or hitl)[0]["retrieval_status"])
+            route = _ROUTE_FOR_HITL_STATUS[status]
             hitl_prompt = "；".join(_unique(t.get("hitl_prompt") or "" for t in hitl))
             hitl_options = _unique(o for t in hitl for o in t.get("hitl_options") or ())
         else:
-            status, route = "no_knowledge", NO_KNOWLEDGE
+            status, route = RetrievalStatus.NO_KNOWLEDGE, Route.NO_KNOWLEDGE
     trace: dict[str, Any] = {
         "tool_used": True,
         "tool_name": TOOL_NAME,
         "query": question,
         "retrieved_chunks": docs,
-        "retrieval_stage": "synthesis",
-        "complexity": "complex",
+        "retrieval_stage": Stage.SYNTHESIS,
+        "complexity": Complexity.COMPLEX,
         "complexity_reason": complexity_reason,
         "sub_questions": list(sub_questions),
         "sub_agent_count": len(sub_results),

@@ -1,9 +1,11 @@
 """The trace field catalogue of SPEC.md §5/§6/§7 as data: every protocol field's name, group,
-kind and allowed values. Normalisation, the codec and the tests all read it; nothing else lists
-field names."""
+kind and allowed values, and the typed vocabulary (routes, statuses, grades, stages, methods)
+those values come from. Normalisation, the codec, the workflow and the tests all read it;
+nothing else lists field names or protocol values."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -19,9 +21,6 @@ class Kind(StrEnum):
     CHUNK_LIST = "chunk_list"
     TRACE_LIST = "trace_list"
 
-
-SCALAR_KINDS: frozenset[Kind] = frozenset({Kind.BOOL, Kind.STR, Kind.INT, Kind.FLOAT})
-LIST_KINDS: frozenset[Kind] = frozenset({Kind.STR_LIST, Kind.CHUNK_LIST, Kind.TRACE_LIST})
 
 # Every int of the trace and of the 16-key Chunk is an int32 on the wire, except Chunk.id.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -56,23 +55,93 @@ class FieldSpec:
     optional: bool = True
 
 
-def _f(name: str, group: str, kind: Kind, *allowed: str) -> FieldSpec:
-    return FieldSpec(name, kind, group, frozenset(allowed) if allowed else None)
+# ---- the protocol vocabulary (SPEC.md §1–§5) ------------------------------------------------
+# StrEnums compare and hash equal to their values, so protos, dicts and JSON carry plain text.
 
 
-# The value sets that appear in more than one record (trace and snapshot).
-COMPLEXITY_VALUES = ("simple", "complex")
-ROUTE_VALUES = ("answer", "rewrite", "clarify", "scope_select", "no_knowledge")
-RETRIEVAL_STATUS_VALUES = (
-    "answerable",
-    "partial",
-    "needs_rewrite",
-    "needs_clarification",
-    "needs_scope_selection",
-    "no_knowledge",
-)
-HITL_ROUTE_VALUES = ("clarify", "scope_select")
-HITL_STATUS_VALUES = ("needs_clarification", "needs_scope_selection")
+class Route(StrEnum):
+    """The final route of a grading (SPEC.md §3) and the model's suggested one."""
+
+    ANSWER = "answer"
+    REWRITE = "rewrite"
+    CLARIFY = "clarify"
+    SCOPE_SELECT = "scope_select"
+    NO_KNOWLEDGE = "no_knowledge"
+
+
+class RetrievalStatus(StrEnum):
+    """`retrieval_status`, read with the final route (SPEC.md §3)."""
+
+    ANSWERABLE = "answerable"
+    PARTIAL = "partial"
+    NEEDS_REWRITE = "needs_rewrite"
+    NEEDS_CLARIFICATION = "needs_clarification"
+    NEEDS_SCOPE_SELECTION = "needs_scope_selection"
+    NO_KNOWLEDGE = "no_knowledge"
+
+
+class Relevance(StrEnum):
+    NONE = "none"
+    WEAK = "weak"
+    STRONG = "strong"
+
+
+class Answerability(StrEnum):
+    NONE = "none"
+    PARTIAL = "partial"
+    SUFFICIENT = "sufficient"
+
+
+class Ambiguity(StrEnum):
+    NONE = "none"
+    MISSING_SLOT = "missing_slot"
+    MULTIPLE_CANDIDATES = "multiple_candidates"
+
+
+class Stage(StrEnum):
+    """`retrieval_stage`: which retrieval the current evidence came from (SPEC.md §5 A)."""
+
+    INITIAL = "initial"
+    REWRITTEN = "rewritten"
+    SYNTHESIS = "synthesis"
+    HITL_TARGETED_RETRIEVAL = "hitl_targeted_retrieval"
+
+
+class RewriteMethod(StrEnum):
+    STEP_BACK = "step_back"
+    HYDE = "hyde"
+
+
+class Complexity(StrEnum):
+    SIMPLE = "simple"
+    COMPLEX = "complex"
+
+
+#: The two routes that need the user, each with the status it is reported under (SPEC.md §7).
+HITL_STATUS_FOR_ROUTE: dict[Route, RetrievalStatus] = {
+    Route.CLARIFY: RetrievalStatus.NEEDS_CLARIFICATION,
+    Route.SCOPE_SELECT: RetrievalStatus.NEEDS_SCOPE_SELECTION,
+}
+HITL_ROUTES: frozenset[Route] = frozenset(HITL_STATUS_FOR_ROUTE)
+HITL_STATUSES: frozenset[RetrievalStatus] = frozenset(HITL_STATUS_FOR_ROUTE.values())
+
+#: `tool_name` of every trace: the one tool the workflow stands for (SPEC.md §5 A).
+TOOL_NAME = "search_knowledge_base"
+
+#: A complex question splits into at most this many sub-questions (SPEC.md §2 N1, §7).
+MAX_SUB_QUESTIONS = 4
+
+
+def _values(members: Iterable[StrEnum]) -> frozenset[str]:
+    return frozenset(m.value for m in members)
+
+
+def _f(
+    name: str, group: str, kind: Kind, allowed: Iterable[StrEnum] | tuple[str, ...] = ()
+) -> FieldSpec:
+    values = frozenset(v.value if isinstance(v, StrEnum) else v for v in allowed)
+    return FieldSpec(name, kind, group, values or None)
+
 
 # The 59 protocol fields of SPEC.md §5, in RagTrace field-number order (1..59).
 TRACE_FIELDS: tuple[FieldSpec, ...] = (
@@ -80,17 +149,9 @@ TRACE_FIELDS: tuple[FieldSpec, ...] = (
     _f("tool_used", "A", Kind.BOOL),
     _f("tool_name", "A", Kind.STR),
     _f("query", "A", Kind.STR),
-    _f(
-        "retrieval_stage",
-        "A",
-        Kind.STR,
-        "initial",
-        "rewritten",
-        "synthesis",
-        "hitl_targeted_retrieval",
-    ),
+    _f("retrieval_stage", "A", Kind.STR, Stage),
     # B · complexity and sub-questions
-    _f("complexity", "B", Kind.STR, *COMPLEXITY_VALUES),
+    _f("complexity", "B", Kind.STR, Complexity),
     _f("complexity_reason", "B", Kind.STR),
     _f("sub_questions", "B", Kind.STR_LIST),
     _f("sub_agent_count", "B", Kind.INT),
@@ -102,16 +163,16 @@ TRACE_FIELDS: tuple[FieldSpec, ...] = (
     _f("rewrite_retrieved_chunks", "C", Kind.CHUNK_LIST),
     _f("hitl_targeted_retrieved_chunks", "C", Kind.CHUNK_LIST),
     # D · final route and evidence grade
-    _f("route", "D", Kind.STR, *ROUTE_VALUES),
-    _f("retrieval_status", "D", Kind.STR, *RETRIEVAL_STATUS_VALUES),
-    _f("evidence_relevance", "D", Kind.STR, "none", "weak", "strong"),
-    _f("evidence_answerability", "D", Kind.STR, "none", "partial", "sufficient"),
-    _f("evidence_ambiguity", "D", Kind.STR, "none", "missing_slot", "multiple_candidates"),
+    _f("route", "D", Kind.STR, Route),
+    _f("retrieval_status", "D", Kind.STR, RetrievalStatus),
+    _f("evidence_relevance", "D", Kind.STR, Relevance),
+    _f("evidence_answerability", "D", Kind.STR, Answerability),
+    _f("evidence_ambiguity", "D", Kind.STR, Ambiguity),
     _f("evidence_confidence", "D", Kind.FLOAT),
     _f("evidence_reason", "D", Kind.STR),
     _f("missing_slots", "D", Kind.STR_LIST),
     # E · query rewrite
-    _f("rewrite_method", "E", Kind.STR, "step_back", "hyde"),
+    _f("rewrite_method", "E", Kind.STR, RewriteMethod),
     _f("rewritten_query", "E", Kind.STR),
     _f("step_back_question", "E", Kind.STR),
     _f("hyde_document", "E", Kind.STR),
@@ -120,14 +181,14 @@ TRACE_FIELDS: tuple[FieldSpec, ...] = (
     _f("hitl_options", "F", Kind.STR_LIST),
     _f("hitl_resumed", "F", Kind.BOOL),
     _f("hitl_answer", "F", Kind.STR),
-    _f("hitl_resume_strategy", "F", Kind.STR, "targeted_retrieval"),
-    _f("hitl_resume_from_status", "F", Kind.STR, *HITL_STATUS_VALUES),
-    _f("hitl_resume_from_route", "F", Kind.STR, *HITL_ROUTE_VALUES),
+    _f("hitl_resume_strategy", "F", Kind.STR, ("targeted_retrieval",)),
+    _f("hitl_resume_from_status", "F", Kind.STR, HITL_STATUSES),
+    _f("hitl_resume_from_route", "F", Kind.STR, HITL_ROUTES),
     # G · recall parameters and counts (R)
     _f("retrieval_pipeline", "G", Kind.STR),
-    _f("retrieval_mode", "G", Kind.STR, "hybrid", "dense_fallback", "failed"),
+    _f("retrieval_mode", "G", Kind.STR, ("hybrid", "dense_fallback", "failed")),
     _f("candidate_k", "G", Kind.INT),
-    _f("candidate_k_source", "G", Kind.STR, "env", "multiplier"),
+    _f("candidate_k_source", "G", Kind.STR, ("env", "multiplier")),
     _f("candidate_k_config_error", "G", Kind.STR),
     _f("retrieval_candidate_multiplier", "G", Kind.INT),
     _f("retrieval_top_k", "G", Kind.INT),
@@ -233,7 +294,6 @@ CHUNK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("merged_from_children", Kind.BOOL, optional=False),
     FieldSpec("merged_child_count", Kind.INT, optional=False),
 )
-CHUNK_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in CHUNK_FIELDS)
 
 # The 6 keys of the external evidence shape that survive normalisation (SPEC.md §6). `filename`
 # is required (an element without one is dropped); the rest may be absent.
@@ -251,16 +311,11 @@ RETRIEVED_CHUNK_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in RETRIEVED_C
 # `optional` marks the two that are None when unknown.
 HITL_RESUME_STATE_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("question", Kind.STR, optional=False),
-    FieldSpec("route", Kind.STR, allowed=frozenset(HITL_ROUTE_VALUES), optional=False),
-    FieldSpec("retrieval_status", Kind.STR, allowed=frozenset(HITL_STATUS_VALUES), optional=False),
+    FieldSpec("route", Kind.STR, allowed=_values(HITL_ROUTES), optional=False),
+    FieldSpec("retrieval_status", Kind.STR, allowed=_values(HITL_STATUSES), optional=False),
     FieldSpec("rewrite_count", Kind.INT, optional=False),
-    FieldSpec("complexity", Kind.STR, allowed=frozenset(COMPLEXITY_VALUES), optional=True),
+    FieldSpec("complexity", Kind.STR, allowed=_values(Complexity), optional=True),
     FieldSpec("complexity_reason", Kind.STR, optional=True),
     FieldSpec("sub_questions", Kind.STR_LIST, optional=False),
 )
 HITL_RESUME_STATE_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in HITL_RESUME_STATE_FIELDS)
-
-# The four trace keys whose elements are external evidence records.
-CHUNK_LIST_FIELD_NAMES: tuple[str, ...] = tuple(
-    s.name for s in TRACE_FIELDS if s.kind is Kind.CHUNK_LIST
-)

@@ -6,20 +6,25 @@ the nodes, not here."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from shared.trace_fields import (
+    MAX_SUB_QUESTIONS,
+    Ambiguity,
+    Answerability,
+    Complexity,
+    Relevance,
+    RewriteMethod,
+    Route,
+)
 
 # The fixed task names: the remote client sends them as response_format.json_schema.name,
 # and test doubles and logs key on them (API.md).
 TASK_COMPLEXITY = "complexity_classification"
 TASK_GRADE = "evidence_grade"
 TASK_REWRITE = "query_rewrite"
-
-Relevance = Literal["none", "weak", "strong"]
-Answerability = Literal["none", "partial", "sufficient"]
-Ambiguity = Literal["none", "missing_slot", "multiple_candidates"]
-Route = Literal["answer", "rewrite", "clarify", "scope_select", "no_knowledge"]
 
 
 class _TaskOutput(BaseModel):
@@ -29,9 +34,9 @@ class _TaskOutput(BaseModel):
 class ComplexityResult(_TaskOutput):
     """Output of `complexity_classification` (REFERENCE.md §2.4)."""
 
-    complexity: Literal["simple", "complex"]
+    complexity: Complexity
     reason: str = ""
-    sub_questions: list[str] = Field(default_factory=list, max_length=4)
+    sub_questions: list[str] = Field(default_factory=list, max_length=MAX_SUB_QUESTIONS)
 
 
 class EvidenceGrade(_TaskOutput):
@@ -40,7 +45,7 @@ class EvidenceGrade(_TaskOutput):
 
     relevance: Relevance
     answerability: Answerability
-    ambiguity: Ambiguity = "none"
+    ambiguity: Ambiguity = Ambiguity.NONE
     route: Route
     confidence: float = Field(0.0, ge=0.0, le=1.0)
     missing_slots: list[str] = Field(default_factory=list)
@@ -52,7 +57,7 @@ class EvidenceGrade(_TaskOutput):
 class RewritePlan(_TaskOutput):
     """Output of `query_rewrite` (REFERENCE.md §2.9): exactly one helper text is non-empty."""
 
-    method: Literal["step_back", "hyde"]
+    method: RewriteMethod
     step_back_question: str = Field("", max_length=300)
     hyde_document: str = Field("", max_length=1200)
 

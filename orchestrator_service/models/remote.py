@@ -22,6 +22,7 @@ from orchestrator_service.models.base import (
     RewritePlan,
 )
 from shared.errors import DeadlineExceeded, DependencyUnavailable, ModelOutputInvalid
+from shared.trace_fields import Complexity, RewriteMethod
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,19 @@ _UNSUPPORTED_KEYWORDS = frozenset(
 
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The model's JSON schema made strict-compatible: every property required, no
-    additional properties, no defaults or range keywords."""
+    additional properties, no defaults or range keywords, and the vocabulary enums inlined
+    where pydantic puts them under `$defs`, so each property reads on its own."""
+    schema = model.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
 
     def tidy(node: Any) -> Any:
         if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                # An enum's docstring is for readers of this code, not part of the task.
+                shared = defs[ref.removeprefix("#/$defs/")]
+                node = {**{k: v for k, v in shared.items() if k != "description"}, **rest}
             out = {k: tidy(v) for k, v in node.items() if k not in _UNSUPPORTED_KEYWORDS}
             if out.get("type") == "object" and "properties" in out:
                 out["required"] = list(out["properties"])
@@ -48,18 +58,20 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
             return [tidy(v) for v in node]
         return node
 
-    return tidy(model.model_json_schema())
+    return tidy(schema)
 
 
 def _check_complexity(result: ComplexityResult) -> None:
-    if result.complexity == "complex" and not any(sq.strip() for sq in result.sub_questions):
+    if result.complexity == Complexity.COMPLEX and not any(
+        sq.strip() for sq in result.sub_questions
+    ):
         raise ValueError("complex verdict without a valid sub-question")
 
 
 def _check_rewrite(plan: RewritePlan) -> None:
     own, other = (
         (plan.step_back_question, plan.hyde_document)
-        if plan.method == "step_back"
+        if plan.method == RewriteMethod.STEP_BACK
         else (plan.hyde_document, plan.step_back_question)
     )
     if not own.strip() or other.strip():

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from orchestrator_service import steps
-from orchestrator_service.context import RunContext
 from orchestrator_service.fast_path import fast_path_reason
 from orchestrator_service.models.base import TASK_COMPLEXITY
-from orchestrator_service.resume import MAX_SUB_QUESTIONS
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState, initial_state
 from shared.errors import ModelOutputInvalid
+from shared.trace_fields import MAX_SUB_QUESTIONS, Complexity
 
 
 def clean_sub_questions(sub_questions: list[str] | None) -> list[str]:
@@ -31,11 +31,11 @@ async def classify_complexity(state: RagState, runtime: Runtime[RunContext]) -> 
     reason = fast_path_reason(question)
     if reason is not None:
         ctx.emit(state, steps.CLASSIFY_FAST)
-        return {"complexity": "simple", "complexity_reason": reason}
+        return {"complexity": Complexity.SIMPLE, "complexity_reason": reason}
     result = await ctx.model.classify_complexity(question, timeout=ctx.time_left())
     if len(result.sub_questions) > MAX_SUB_QUESTIONS:
-        raise ModelOutputInvalid(TASK_COMPLEXITY, "more than 4 sub-questions")
-    if result.complexity == "complex":
+        raise ModelOutputInvalid(TASK_COMPLEXITY, f"more than {MAX_SUB_QUESTIONS} sub-questions")
+    if result.complexity == Complexity.COMPLEX:
         sub_questions = clean_sub_questions(result.sub_questions)
         if not sub_questions:
             raise ModelOutputInvalid(TASK_COMPLEXITY, "complex verdict without a sub-question")
@@ -50,8 +50,12 @@ async def classify_complexity(state: RagState, runtime: Runtime[RunContext]) -> 
     }
 
 
-async def route_after_classify(state: RagState) -> str:
-    return "prepare_sub_questions" if state.get("complexity") == "complex" else "retrieve_initial"
+async def route_after_classify(
+    state: RagState,
+) -> Literal["prepare_sub_questions", "retrieve_initial"]:
+    if state.get("complexity") == Complexity.COMPLEX:
+        return "prepare_sub_questions"
+    return "retrieve_initial"
 
 
 async def prepare_sub_questions(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:

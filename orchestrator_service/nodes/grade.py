@@ -3,30 +3,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
-from orchestrator_service.context import RunContext
 from orchestrator_service.models.base import EvidenceGrade
 from orchestrator_service.routing import (
-    ANSWER,
     CLEARING_ROUTES,
-    HITL_ROUTES,
-    REWRITE,
     hitl_prompt_for,
     resolve_route,
     retrieval_status_for,
 )
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
+from shared.trace_fields import (
+    GRADE_FIELD_NAMES,
+    HITL_ROUTES,
+    Ambiguity,
+    Answerability,
+    Relevance,
+    RetrievalStatus,
+    Route,
+)
 
 #: The grade used, without a model call, when there is no evidence (SPEC.md §3).
 EMPTY_EVIDENCE_GRADE = EvidenceGrade(
-    relevance="none",
-    answerability="none",
-    ambiguity="none",
-    route="no_knowledge",
+    relevance=Relevance.NONE,
+    answerability=Answerability.NONE,
+    ambiguity=Ambiguity.NONE,
+    route=Route.NO_KNOWLEDGE,
     confidence=1.0,
     missing_slots=[],
     hitl_prompt="",
@@ -54,37 +61,42 @@ async def grade_documents(state: RagState, runtime: Runtime[RunContext]) -> dict
     )
     status = retrieval_status_for(route, grade.answerability)
     prompt = hitl_prompt_for(route, grade)
-    grade_keys: dict[str, Any] = {
+    graded: dict[str, Any] = {
         "route": route,
         "retrieval_status": status,
         "evidence_relevance": grade.relevance,
         "evidence_answerability": grade.answerability,
         "evidence_ambiguity": grade.ambiguity,
         "evidence_confidence": grade.confidence,
+        "evidence_reason": grade.reason,
         "missing_slots": list(grade.missing_slots),
         "hitl_prompt": prompt,
         "hitl_options": list(grade.hitl_options),
     }
     trace = dict(state.get("rag_trace") or {})
-    trace.update(grade_keys, evidence_reason=grade.reason)
-    update: dict[str, Any] = {**grade_keys, "rag_trace": trace}
+    # The catalogue says which keys a grading overwrites; a GRADE key missing above fails here.
+    trace.update({name: graded[name] for name in GRADE_FIELD_NAMES})
+    # The reason is trace-only: S has no evidence_reason.
+    update: dict[str, Any] = {k: v for k, v in graded.items() if k != "evidence_reason"}
+    update["rag_trace"] = trace
     if route in CLEARING_ROUTES:
         update["docs"], update["context"] = [], ""
     if route in HITL_ROUTES and docs:
         trace["retrieved_chunks"] = []
 
-    if route == ANSWER:
-        icon_label = steps.GRADE_PARTIAL if status == "partial" else steps.GRADE_ANSWER
+    if route == Route.ANSWER:
+        partial = status == RetrievalStatus.PARTIAL
+        icon_label = steps.GRADE_PARTIAL if partial else steps.GRADE_ANSWER
         ctx.emit(state, icon_label, steps.confidence_detail(grade.confidence))
-    elif route == REWRITE:
+    elif route == Route.REWRITE:
         ctx.emit(state, steps.GRADE_REWRITE, steps.confidence_detail(grade.confidence))
     elif route in HITL_ROUTES:
         ctx.emit(state, steps.GRADE_HITL, prompt)
     else:
-        ctx.emit(state, steps.GRADE_NO_KNOWLEDGE, grade.reason or "no_knowledge")
+        ctx.emit(state, steps.GRADE_NO_KNOWLEDGE, grade.reason or Route.NO_KNOWLEDGE.value)
     return update
 
 
-async def route_after_grade(state: RagState) -> str:
+async def route_after_grade(state: RagState) -> Literal["rewrite_question", "__end__"]:
     """Only a rewrite verdict continues the main graph; every other route ends the run."""
-    return "rewrite_question" if state.get("route") == REWRITE else "__end__"
+    return "rewrite_question" if state.get("route") == Route.REWRITE else END

@@ -8,18 +8,16 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
-from orchestrator_service.context import Retrieval, RunContext
+from orchestrator_service.models.base import TASK_REWRITE
+from orchestrator_service.runtime import Retrieval, RunContext
 from orchestrator_service.state import RagState
-from orchestrator_service.synthesis import TOOL_NAME
-from shared.context import format_context
+from shared.context_text import format_context
 from shared.errors import ModelOutputInvalid
-from shared.trace_fields import RETRIEVAL_META_FIELD_NAMES
-
-REWRITE_TASK = "query_rewrite"
+from shared.trace_fields import RETRIEVAL_META_FIELD_NAMES, TOOL_NAME, RewriteMethod, Stage
 
 
 async def _retrieve(ctx: RunContext, query: str) -> Retrieval:
-    return await ctx.retrieval.retrieve(query, top_k=ctx.top_k, timeout=ctx.time_left())
+    return await ctx.retrieval.retrieve(query, timeout=ctx.time_left())
 
 
 async def retrieve_initial(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -41,7 +39,7 @@ async def retrieve_initial(state: RagState, runtime: Runtime[RunContext]) -> dic
         "query": question,
         "retrieved_chunks": docs,
         "initial_retrieved_chunks": docs,
-        "retrieval_stage": "initial",
+        "retrieval_stage": Stage.INITIAL,
         "complexity": state.get("complexity"),
         "complexity_reason": state.get("complexity_reason"),
         **meta,
@@ -56,7 +54,7 @@ async def retrieve_rewritten(state: RagState, runtime: Runtime[RunContext]) -> d
     ctx = runtime.context
     method, rewritten = state.get("rewrite_method"), state.get("rewritten_query")
     if method not in steps.METHOD_LABELS or not rewritten:
-        raise ModelOutputInvalid(REWRITE_TASK, "no rewritten query to retrieve with")
+        raise ModelOutputInvalid(TASK_REWRITE, "no rewritten query to retrieve with")
     label = steps.METHOD_LABELS[method]
     ctx.emit(state, ("🔄", f"使用 {label} 查询重新检索..."))
     found = await _retrieve(ctx, rewritten)
@@ -74,10 +72,10 @@ async def retrieve_rewritten(state: RagState, runtime: Runtime[RunContext]) -> d
         rewritten_query=rewritten,
         retrieved_chunks=docs,
         rewrite_retrieved_chunks=docs,
-        retrieval_stage="rewritten",
+        retrieval_stage=Stage.REWRITTEN,
         **meta,
     )
-    helper_key = "step_back_question" if method == "step_back" else "hyde_document"
+    helper_key = "step_back_question" if method == RewriteMethod.STEP_BACK else "hyde_document"
     if state.get(helper_key):
         trace[helper_key] = state[helper_key]
     return {"docs": docs, "context": format_context(docs), "rag_trace": trace}
@@ -105,7 +103,7 @@ async def retrieve_resume_query(state: RagState, runtime: Runtime[RunContext]) -
         hitl_targeted_retrieved_chunks=docs,
         hitl_resumed=True,
         hitl_resume_strategy="targeted_retrieval",
-        retrieval_stage="hitl_targeted_retrieval",
+        retrieval_stage=Stage.HITL_TARGETED_RETRIEVAL,
         **meta,
     )
     return {"query": question, "docs": docs, "context": format_context(docs), "rag_trace": trace}

@@ -3,22 +3,27 @@ step-back or HyDE and writes its helper text; the budget of one rewrite is spent
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
-from orchestrator_service.context import RunContext
 from orchestrator_service.models.base import TASK_REWRITE, RewritePlan
-from orchestrator_service.routing import NO_KNOWLEDGE, REWRITE, REWRITE_BUDGET
+from orchestrator_service.routing import REWRITE_BUDGET
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
 from shared.errors import ModelOutputInvalid
+from shared.trace_fields import RetrievalStatus, RewriteMethod, Route
 
 BUDGET_EXHAUSTED_REASON = "rewrite_budget_exhausted"
-_HELPER_PREFIX = {"step_back": "退步问题：", "hyde": "假设性答案文档："}
+_HELPER_PREFIX: dict[RewriteMethod, str] = {
+    RewriteMethod.STEP_BACK: "退步问题：",
+    RewriteMethod.HYDE: "假设性答案文档：",
+}
 
 
-def rewritten_query_for(question: str, method: str, helper: str) -> str:
+def rewritten_query_for(question: str, method: RewriteMethod, helper: str) -> str:
     """The query of the second retrieval: Q, a blank line, then the labelled helper text
     (full-width colon), REFERENCE.md §2.9."""
     return f"{question}\n\n{_HELPER_PREFIX[method]}{helper}"
@@ -27,9 +32,9 @@ def rewritten_query_for(question: str, method: str, helper: str) -> str:
 def helper_text(plan: RewritePlan) -> str:
     """The chosen method's text; ModelOutputInvalid unless exactly that one is non-empty."""
     step_back, hyde = plan.step_back_question.strip(), plan.hyde_document.strip()
-    if plan.method == "step_back" and step_back and not hyde:
+    if plan.method == RewriteMethod.STEP_BACK and step_back and not hyde:
         return plan.step_back_question
-    if plan.method == "hyde" and hyde and not step_back:
+    if plan.method == RewriteMethod.HYDE and hyde and not step_back:
         return plan.hyde_document
     raise ModelOutputInvalid(TASK_REWRITE, f"{plan.method} needs exactly its own helper text")
 
@@ -46,14 +51,14 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
     trace = dict(state.get("rag_trace") or {})
     if rewrite_count >= REWRITE_BUDGET:
         trace.update(
-            route=NO_KNOWLEDGE,
-            retrieval_status="no_knowledge",
+            route=Route.NO_KNOWLEDGE,
+            retrieval_status=RetrievalStatus.NO_KNOWLEDGE,
             evidence_reason=BUDGET_EXHAUSTED_REASON,
         )
         ctx.emit(state, steps.REWRITE_EXHAUSTED)
         return {
-            "route": NO_KNOWLEDGE,
-            "retrieval_status": "no_knowledge",
+            "route": Route.NO_KNOWLEDGE,
+            "retrieval_status": RetrievalStatus.NO_KNOWLEDGE,
             "docs": [],
             "context": "",
             "rag_trace": trace,
@@ -63,7 +68,8 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
     plan = await ctx.model.rewrite_query(question, state.get("docs") or [], timeout=ctx.time_left())
     helper = helper_text(plan)
     rewritten = rewritten_query_for(question, plan.method, helper)
-    helper_key = "step_back_question" if plan.method == "step_back" else "hyde_document"
+    step_back = plan.method == RewriteMethod.STEP_BACK
+    helper_key = "step_back_question" if step_back else "hyde_document"
     trace.update(
         {
             "rewrite_method": plan.method,
@@ -78,14 +84,14 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
     return {
         "rewrite_method": plan.method,
         "rewritten_query": rewritten,
-        "step_back_question": helper if plan.method == "step_back" else "",
-        "hyde_document": helper if plan.method == "hyde" else "",
+        "step_back_question": helper if step_back else "",
+        "hyde_document": "" if step_back else helper,
         "rewrite_count": rewrite_count + 1,
         "rag_trace": trace,
     }
 
 
-async def route_after_rewrite(state: RagState) -> str:
+async def route_after_rewrite(state: RagState) -> Literal["retrieve_rewritten", "__end__"]:
     """Re-retrieval after a real rewrite; the defensive branch ends the run (never reaches
     retrieve_rewritten — this project's deliberate difference, REFERENCE.md §0)."""
-    return "retrieve_rewritten" if state.get("route") == REWRITE else "__end__"
+    return "retrieve_rewritten" if state.get("route") == Route.REWRITE else END

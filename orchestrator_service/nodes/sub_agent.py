@@ -7,9 +7,9 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from orchestrator_service.context import RunContext
 from orchestrator_service.nodes.grade import grade_documents
 from orchestrator_service.nodes.retrieve import retrieve_initial
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
 
 

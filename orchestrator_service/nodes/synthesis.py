@@ -7,10 +7,10 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
-from orchestrator_service.context import RunContext
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
 from orchestrator_service.synthesis import synthesize
-from shared.context import format_context
+from shared.context_text import format_context
 from shared.normalize import normalize_sub_trace
 
 

@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from orchestrator_service.context import Retrieval
 from orchestrator_service.models.base import (
     TASK_COMPLEXITY,
     TASK_GRADE,
@@ -16,6 +15,7 @@ from orchestrator_service.models.base import (
     EvidenceGrade,
     RewritePlan,
 )
+from orchestrator_service.runtime import Retrieval
 from tests.fakes.retrieval_servicer import meta
 
 Decide = Callable[[str, str], Mapping[str, Any]]

@@ -18,7 +18,7 @@ from shared.codec import (
     hitl_state_to_proto,
     rag_trace_from_proto,
 )
-from shared.context import format_context
+from shared.context_text import format_context
 from tests.fakes.model_server import HttpError, ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import API_KEY, MODELS, start_stack
 from tests.fakes.retrieval_servicer import RetrievalScript, chunk, meta

@@ -8,10 +8,10 @@ import time
 
 from langgraph.runtime import Runtime
 
-from orchestrator_service.context import RunContext
 from orchestrator_service.graph import build_rag_graph
 from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
 from orchestrator_service.orchestrator import Orchestrator
+from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import QueueStepSink
 from tests.fakes.in_memory import InMemoryModel, InMemoryRetriever

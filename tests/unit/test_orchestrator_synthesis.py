@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator_service.resume import (
-    build_resume_state,
-    refined_question,
-    state_from_resume,
-    validate_resume_state,
-)
+from orchestrator_service.resume import ResumeSnapshot, refined_question, state_from_resume
 from orchestrator_service.synthesis import dedupe_documents, dedupe_key, synthesize
 from shared.errors import InvalidArgument
 from shared.normalize import normalize_sub_trace
@@ -123,7 +118,7 @@ SNAP = {
 )
 def test_snapshot_validation_names_the_field(change, field) -> None:
     with pytest.raises(InvalidArgument) as err:
-        validate_resume_state({**SNAP, **change})
+        ResumeSnapshot.from_mapping({**SNAP, **change})
     assert err.value.field == field and str(err.value).startswith(field)
 
 
@@ -135,7 +130,7 @@ def test_refined_question_rules() -> None:
 
 
 def test_state_from_resume_and_snapshot_round() -> None:
-    state = state_from_resume(validate_resume_state({**SNAP, "rewrite_count": 1}), "丹瑾")
+    state = state_from_resume(ResumeSnapshot.from_mapping({**SNAP, "rewrite_count": 1}), "丹瑾")
     assert state["question"] == state["query"] == "丹瑾：这个角色的属性是什么？"
     assert state["rewrite_count"] == 1 and state["is_sub_agent"] is False
     assert state["rag_trace"] == {
@@ -150,5 +145,5 @@ def test_state_from_resume_and_snapshot_round() -> None:
         "complexity_reason": "r",
     }
     state.update(route="clarify", retrieval_status="needs_clarification")
-    snap = build_resume_state(state)
+    snap = ResumeSnapshot.from_state(state).to_dict()
     assert set(snap) == set(SNAP) and snap["question"] == "丹瑾：这个角色的属性是什么？"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.context import format_context
+from shared.context_text import format_context
 
 
 def test_empty_list_gives_empty_string() -> None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import jieba
 
 from orchestrator_service.models.local.text import is_chinese, words
+from shared.trace_fields import MAX_SUB_QUESTIONS, Complexity
 
-MAX_SUB_QUESTIONS = 4
 MAX_ITEM_CHARS_ZH = 16
 MAX_ITEM_WORDS_EN = 5
 
@@ -79,7 +79,7 @@ _ENDERS = "？?。.!！"
 
 @dataclass(frozen=True, slots=True)
 class Classification:
-    complexity: str
+    complexity: Complexity
     reason: str
     sub_questions: list[str]
 
@@ -107,18 +107,20 @@ def classify(question: str) -> Classification:
         )
         parts = split_items_en(text, comparison=cue == "comparison")
     if relation and cue != "comparison":
-        return Classification("simple", "relation_between_items: one question about a relation", [])
+        return Classification(
+            Complexity.SIMPLE, "relation_between_items: one question about a relation", []
+        )
     if len(parts) >= 2:
         return _complex(cue or "enumeration", parts)
     if cue:
-        return Classification("simple", f"{cue}_cue_without_items: nothing to split", [])
-    return Classification("simple", "no_split_cue: a single ask", [])
+        return Classification(Complexity.SIMPLE, f"{cue}_cue_without_items: nothing to split", [])
+    return Classification(Complexity.SIMPLE, "no_split_cue: a single ask", [])
 
 
 def _complex(cue: str, parts: list[str]) -> Classification:
     kept = parts[:MAX_SUB_QUESTIONS]
     note = f", first {MAX_SUB_QUESTIONS} of {len(parts)} kept" if len(parts) > len(kept) else ""
-    return Classification("complex", f"{cue}: {len(kept)} sub-questions{note}", kept)
+    return Classification(Complexity.COMPLEX, f"{cue}: {len(kept)} sub-questions{note}", kept)
 
 
 def _first_cue(text: str, cues: tuple[tuple[str, tuple[str, ...]], ...]) -> str | None:

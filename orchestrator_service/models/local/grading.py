@@ -37,6 +37,7 @@ from orchestrator_service.models.local.text import (
     segment,
     sub_headings,
 )
+from shared.trace_fields import Ambiguity, Answerability, Relevance, Route
 
 WINDOW = 3
 #: RRF with k=60 over the dense and BM25 lists: first in both = 2/61.
@@ -84,7 +85,7 @@ def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
 
-    if relevance != "none":
+    if relevance != Relevance.NONE:
         slot = missing_slot(question, coverage.window, chinese=chinese)
         if slot:
             kind, options = slot
@@ -97,8 +98,8 @@ def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
             return EvidenceGrade(
                 relevance=relevance,
                 answerability=answerability,
-                ambiguity="missing_slot",
-                route="clarify",
+                ambiguity=Ambiguity.MISSING_SLOT,
+                route=Route.CLARIFY,
                 confidence=0.7,
                 missing_slots=[kind],
                 hitl_prompt=prompt,
@@ -117,8 +118,8 @@ def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
             return EvidenceGrade(
                 relevance=relevance,
                 answerability=answerability,
-                ambiguity="multiple_candidates",
-                route="scope_select",
+                ambiguity=Ambiguity.MULTIPLE_CANDIDATES,
+                route=Route.SCOPE_SELECT,
                 confidence=0.7,
                 hitl_prompt=prompt,
                 hitl_options=titles,
@@ -129,11 +130,11 @@ def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
     return EvidenceGrade(
         relevance=relevance,
         answerability=answerability,
-        ambiguity="none",
+        ambiguity=Ambiguity.NONE,
         route=route,
         confidence=confidence_of(route, coverage, signal),
         hitl_prompt=follow_up_prompt(coverage, chinese=chinese)
-        if answerability == "partial"
+        if answerability == Answerability.PARTIAL
         else "",
         reason=f"{relevance}/{answerability}: " + signals,
     )
@@ -176,17 +177,17 @@ def score_signal(top: Evidence) -> float:
     return max(0.0, min(1.0, top.score))
 
 
-def answerability_of(coverage: Coverage) -> str:
+def answerability_of(coverage: Coverage) -> Answerability:
     terms = len(coverage.terms)
     if terms == 0:
-        return "none"
+        return Answerability.NONE
     missing = terms - len(coverage.best_covered)
     if missing == 0 or (terms >= 4 and missing == 1):
-        return "sufficient"
-    return "partial" if coverage.union_share >= 0.5 else "none"
+        return Answerability.SUFFICIENT
+    return Answerability.PARTIAL if coverage.union_share >= 0.5 else Answerability.NONE
 
 
-def relevance_of(coverage: Coverage, signal: float) -> str:
+def relevance_of(coverage: Coverage, signal: float) -> Relevance:
     best, top = coverage.best, coverage.window[0] if coverage.window else None
     if (
         best is not None
@@ -195,8 +196,8 @@ def relevance_of(coverage: Coverage, signal: float) -> str:
         and close_to_top(best, top)
         and signal >= SCORE_SIGNAL_FLOOR
     ):
-        return "strong"
-    return "weak" if coverage.union_share >= 1 / 3 else "none"
+        return Relevance.STRONG
+    return Relevance.WEAK if coverage.union_share >= 1 / 3 else Relevance.NONE
 
 
 def close_to_top(chunk: Evidence, top: Evidence) -> bool:
@@ -209,18 +210,18 @@ def close_to_top(chunk: Evidence, top: Evidence) -> bool:
     return chunk.score >= CLOSE_TO_TOP * top.score
 
 
-def suggested_route(relevance: str, answerability: str) -> str:
-    if relevance == "none" or answerability == "none":
-        return "no_knowledge"
-    if relevance == "strong" and answerability == "sufficient":
-        return "answer"
-    return "rewrite"
+def suggested_route(relevance: Relevance, answerability: Answerability) -> Route:
+    if relevance == Relevance.NONE or answerability == Answerability.NONE:
+        return Route.NO_KNOWLEDGE
+    if relevance == Relevance.STRONG and answerability == Answerability.SUFFICIENT:
+        return Route.ANSWER
+    return Route.REWRITE
 
 
-def confidence_of(route: str, coverage: Coverage, signal: float) -> float:
-    if route == "answer":
+def confidence_of(route: Route, coverage: Coverage, signal: float) -> float:
+    if route == Route.ANSWER:
         value = 0.6 * coverage.best_share + 0.4 * signal
-    elif route == "no_knowledge":
+    elif route == Route.NO_KNOWLEDGE:
         value = 1.0 - 0.5 * coverage.union_share
     else:
         value = 0.3 + 0.4 * coverage.union_share

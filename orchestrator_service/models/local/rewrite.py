@@ -24,6 +24,7 @@ from orchestrator_service.models.local.text import (
     key_terms,
     prepare_evidence,
 )
+from shared.trace_fields import RewriteMethod
 
 MAX_STEP_BACK_CHARS = 300
 MAX_HYDE_CHARS = 1200
@@ -45,11 +46,11 @@ def rewrite(question: str, docs: Sequence[Mapping[str, Any]]) -> RewritePlan:
     specifics = specific_terms(question, chinese=chinese)
     if specifics:
         return RewritePlan(
-            method="step_back",
+            method=RewriteMethod.STEP_BACK,
             step_back_question=step_back_question(question, terms, specifics, evidence, chinese),
         )
     hyde = hyde_document(question, terms, evidence, chinese)
-    return RewritePlan(method="hyde", hyde_document=hyde)
+    return RewritePlan(method=RewriteMethod.HYDE, hyde_document=hyde)
 
 
 def specific_terms(question: str, *, chinese: bool) -> list[str]:

@@ -40,7 +40,6 @@ class RunContext:
     retrieval: Retriever
     steps: StepSink = field(default=NULL_SINK)
     deadline: float | None = None
-    top_k: int | None = None
 
     def time_left(self) -> float | None:
         """Seconds left of the caller's deadline; DeadlineExceeded once it has passed."""

@@ -1,0 +1,34 @@
+"""Chunk score arithmetic both services share (REFERENCE.md §1.5, §1.7): a chunk's effective
+score and the max rule that folds a duplicate's or child's score into the chunk kept."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+__all__ = ["effective_score", "fold_score"]
+
+
+def effective_score(doc: Mapping[str, Any]) -> float | None:
+    """rerank_score when present, else score, else None (REFERENCE.md §1.7)."""
+    if doc.get("rerank_score") is not None:
+        return float(doc["rerank_score"])
+    if doc.get("score") is not None:
+        return float(doc["score"])
+    return None
+
+
+def fold_score(target: MutableMapping[str, Any], incoming: Mapping[str, Any]) -> None:
+    """Max rule of REFERENCE.md §1.5: `incoming`'s effective score raises the target's
+    rerank_score when either of them has one, else its score. A score-less `incoming` leaves
+    the target as it is."""
+    value = effective_score(incoming)
+    if value is None:
+        return
+    key = (
+        "rerank_score"
+        if target.get("rerank_score") is not None or incoming.get("rerank_score") is not None
+        else "score"
+    )
+    current = target.get(key)
+    target[key] = value if current is None else max(float(current), value)
