@@ -4,17 +4,24 @@ external Trace — protocol keys only, None dropped, evidence projected to the e
 Decisions: the source accepted `str | int` for a chunk's page_number; the proto carries it as
 text, so an int is canonicalised to its decimal string, which keeps
 `normalize(T) → to_proto → to_dict == normalize(T)` exact. A trace (or sub trace) left with no
-key after normalisation is None, not {}, so normalisation is idempotent.
+key after normalisation is None, not {}, so normalisation is idempotent. Vocabulary values
+(shared.trace_fields' StrEnums) come out as plain `str`.
+
+Strict keys: production drops unknown raw keys silently (SPEC.md §1). The test suite turns on
+`strict_keys()`, under which an unknown raw key raises, so a misspelt key fails a test instead
+of vanishing from the trace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from shared.trace_fields import (
     INT32_MAX,
     INT32_MIN,
+    RAW_ONLY,
     RETRIEVED_CHUNK_FIELDS,
     SUB_TRACE_FIELDS,
     TRACE_FIELDS,
@@ -28,6 +35,7 @@ __all__ = [
     "normalize_rag_trace",
     "normalize_retrieved_chunk",
     "normalize_sub_trace",
+    "strict_keys",
 ]
 
 # A value normaliser takes (value, path) and returns the canonical value or raises
@@ -60,7 +68,8 @@ def _scalar_normalizer(spec: FieldSpec) -> _Normalizer:
         def norm_str(value: Any, path: str) -> str:
             if not isinstance(value, str):
                 raise TraceFieldError(path, f"expected str, got {_type_name(value)}")
-            return _check_allowed(spec, value, path)
+            # str() turns a vocabulary StrEnum member into its plain value.
+            return _check_allowed(spec, str(value), path)
 
         return norm_str
     if kind is Kind.INT:
@@ -167,13 +176,41 @@ _TRACE_NORMALIZERS: tuple[tuple[str, _Normalizer], ...] = tuple(
 _SUB_TRACE_NORMALIZERS: tuple[tuple[str, _Normalizer], ...] = tuple(
     (spec.name, _field_normalizer(spec)) for spec in SUB_TRACE_FIELDS
 )
+# A nested `sub_traces` is a catalogued key that a sub trace drops on purpose, not a typo.
+_KNOWN_KEYS = frozenset(name for name, _ in _TRACE_NORMALIZERS) | RAW_ONLY
+
+
+_strict = False
+
+
+@contextmanager
+def strict_keys(enabled: bool = True) -> Iterator[None]:
+    """Within the block, an unknown key of a raw trace raises TraceFieldError instead of being
+    dropped (raw-only keys such as rewrite_count stay allowed). For tests: production leaves
+    it off."""
+    global _strict
+    previous, _strict = _strict, enabled
+    try:
+        yield
+    finally:
+        _strict = previous
+
+
+def _reject_unknown(raw: Mapping[str, Any], prefix: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in _KNOWN_KEYS)
+    if unknown:
+        raise TraceFieldError(prefix + unknown[0], "not a catalogued trace key")
 
 
 def _normalize(
-    raw: object, normalizers: tuple[tuple[str, _Normalizer], ...], prefix: str
+    raw: object,
+    normalizers: tuple[tuple[str, _Normalizer], ...],
+    prefix: str,
 ) -> dict[str, Any] | None:
     if not isinstance(raw, Mapping) or not raw:
         return None
+    if _strict:
+        _reject_unknown(raw, prefix)
     out: dict[str, Any] = {}
     # Iterating the catalogue (not the raw keys) drops unknown and raw-only keys such as
     # rewrite_count for free, and yields keys in one canonical order.

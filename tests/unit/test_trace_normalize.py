@@ -4,12 +4,26 @@ modelled on the node rows of SPEC.md §2."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from shared.normalize import TraceFieldError, normalize_rag_trace, normalize_sub_trace
-from shared.trace_fields import RETRIEVED_CHUNK_FIELD_NAMES, TRACE_FIELD_NAMES
+from shared.normalize import (
+    TraceFieldError,
+    normalize_rag_trace,
+    normalize_sub_trace,
+    strict_keys,
+)
+from shared.trace_fields import RETRIEVED_CHUNK_FIELD_NAMES, TRACE_FIELD_NAMES, Route, Stage
+
+
+@pytest.fixture
+def lenient_keys() -> Iterator[None]:
+    """Production's behaviour (unknown raw keys dropped) for the tests that assert it; the
+    suite otherwise runs with strict keys (tests/conftest.py)."""
+    with strict_keys(False):
+        yield
 
 
 def runtime_chunk(n: int, *, filename: str = "handbook.pdf", page: int | str = 3) -> dict[str, Any]:
@@ -187,6 +201,7 @@ def test_non_dict_or_empty_input_gives_none() -> None:
         assert normalize_sub_trace(raw) is None  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("lenient_keys")
 def test_keeps_protocol_keys_only() -> None:
     raw = raw_rewrite()
     raw.update(hitl_resume_state={"question": "q"}, session_id="s1", grade_score=0.5, docs=[])
@@ -221,6 +236,7 @@ def test_keeps_false_zero_empty_string_and_empty_list() -> None:
     assert out["hitl_options"] == []
 
 
+@pytest.mark.usefixtures("lenient_keys")
 def test_removes_rewrite_count_and_unknown_keys() -> None:
     raw = raw_rewrite()
     raw["grade_route"] = "rewrite"
@@ -269,6 +285,7 @@ def test_chunk_elements_need_a_non_empty_filename() -> None:
     assert normalize_rag_trace(raw) == {"query": "q", "retrieved_chunks": [external(kept)]}
 
 
+@pytest.mark.usefixtures("lenient_keys")
 def test_sub_traces_are_normalised_and_never_nested() -> None:
     raw = raw_synthesis()
     raw["sub_traces"] += [None, "child", {}, {"rewrite_count": 0, "unknown": 1}]
@@ -378,3 +395,37 @@ def test_normalisation_does_not_mutate_its_input() -> None:
     normalize_rag_trace(raw)
 
     assert raw == before
+
+
+def test_strict_keys_reject_an_unknown_raw_key_naming_it() -> None:
+    raw = raw_rewrite()
+    raw["evidence_relevence"] = "strong"  # misspelt: would otherwise vanish
+    with strict_keys(), pytest.raises(TraceFieldError) as err:
+        normalize_rag_trace(raw)
+    assert err.value.field == "evidence_relevence"
+
+
+def test_strict_keys_name_an_unknown_key_inside_a_sub_trace() -> None:
+    raw = raw_synthesis()
+    raw["sub_traces"][1]["retrieval_stat"] = "partial"
+    with strict_keys(), pytest.raises(TraceFieldError) as err:
+        normalize_rag_trace(raw)
+    assert err.value.field == "sub_traces[1].retrieval_stat"
+
+
+def test_strict_keys_allow_raw_only_keys_and_a_nested_sub_traces() -> None:
+    raw = raw_rewrite()
+    with strict_keys():
+        out = normalize_rag_trace(raw)
+        child = normalize_sub_trace({"query": "q", "sub_traces": [], "rewrite_count": 1})
+    assert raw["rewrite_count"] == 1 and out is not None and "rewrite_count" not in out
+    assert child == {"query": "q"}
+
+
+def test_vocabulary_members_come_out_as_plain_strings() -> None:
+    raw = raw_rewrite()
+    raw.update(route=Route.ANSWER, retrieval_stage=Stage.REWRITTEN)
+    out = normalize_rag_trace(raw)
+    assert out is not None
+    assert type(out["route"]) is str and type(out["retrieval_stage"]) is str
+    assert (out["route"], out["retrieval_stage"]) == ("answer", "rewritten")
