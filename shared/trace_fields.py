@@ -5,9 +5,10 @@ nothing else lists field names or protocol values."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class Kind(StrEnum):
@@ -118,10 +119,12 @@ class Complexity(StrEnum):
 
 
 #: The two routes that need the user, each with the status it is reported under (SPEC.md §7).
-HITL_STATUS_FOR_ROUTE: dict[Route, RetrievalStatus] = {
-    Route.CLARIFY: RetrievalStatus.NEEDS_CLARIFICATION,
-    Route.SCOPE_SELECT: RetrievalStatus.NEEDS_SCOPE_SELECTION,
-}
+HITL_STATUS_FOR_ROUTE: Mapping[Route, RetrievalStatus] = MappingProxyType(
+    {
+        Route.CLARIFY: RetrievalStatus.NEEDS_CLARIFICATION,
+        Route.SCOPE_SELECT: RetrievalStatus.NEEDS_SCOPE_SELECTION,
+    }
+)
 HITL_ROUTES: frozenset[Route] = frozenset(HITL_STATUS_FOR_ROUTE)
 HITL_STATUSES: frozenset[RetrievalStatus] = frozenset(HITL_STATUS_FOR_ROUTE.values())
 
