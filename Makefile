@@ -8,13 +8,17 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 GEN := gen
 PROTOS := $(wildcard protos/supermew/v1/*.proto)
+# `buf breaking` compares protos/ with the last commit of main: the local branch where there is
+# one (a worktree, a maintainer's clone), else origin/main (a CI clone of a pull-request branch).
+BREAKING_REF = $(shell git rev-parse --verify -q refs/heads/main >/dev/null \
+	&& echo main || echo origin/main)
 SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 .DEFAULT_GOAL := help
-.PHONY: help setup proto run test lint bench clean
+.PHONY: help setup proto run test typecheck lint bench clean
 
 help: ## List the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -38,17 +42,21 @@ proto: $(VENV)/.installed ## Regenerate the gRPC stubs from protos/
 run: setup ## Start both services on the embedded default (Ctrl-C stops both)
 	$(PY) -m shared.launch
 
-test: setup ## Run the test suite
+test: typecheck ## Type-check, then run the test suite
 	$(PY) -m pytest
 
-lint: setup ## ruff check + format check, buf lint
+typecheck: setup ## mypy (pydantic plugin) on shared/ and both services; config in pyproject.toml
+	$(VENV)/bin/mypy
+
+lint: setup ## ruff check + format check, buf lint, buf breaking against main
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	cd protos && ../$(VENV)/bin/buf lint
+	cd protos && ../$(VENV)/bin/buf breaking --against '../.git#ref=$(BREAKING_REF),subdir=protos'
 
 bench: setup ## Run the benchmarks (BENCH="name …" picks some; prints ratios)
 	$(PY) -m bench $(BENCH)
 
 clean: ## Remove the virtualenv, generated stubs and caches (keeps ./data)
-	rm -rf $(VENV) $(GEN) .pytest_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(GEN) .pytest_cache .ruff_cache .mypy_cache .hypothesis *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

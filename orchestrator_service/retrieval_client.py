@@ -1,14 +1,94 @@
 """The retrieval service as the nodes see it: a `grpc.aio` stub wrapper that propagates the
-caller's deadline and turns transport failures into domain errors (API.md status codes)."""
+caller's deadline and translates every status retrieval can answer with into a domain error
+(docs/api.md#status-codes), so no downstream status leaks to the orchestrator's caller as if
+it were about the caller's own request."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from orchestrator_service.runtime import Retrieval
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
-from shared.errors import DeadlineExceeded, DependencyUnavailable
+from shared.errors import (
+    DeadlineExceeded,
+    DependencyUnavailable,
+    DomainError,
+    InternalFailure,
+    ResourceExhausted,
+)
+
+log = logging.getLogger(__name__)
+
+DEPENDENCY = "retrieval"
+
+
+@dataclass(frozen=True, slots=True)
+class CallLimit:
+    """The time limit one Retrieve call ran under and which setting imposed it."""
+
+    seconds: float
+    caller_deadline: bool  # False: RETRIEVAL_TIMEOUT_SECONDS, since the caller set none
+
+
+def _unavailable(limit: CallLimit) -> DomainError:
+    return DependencyUnavailable(DEPENDENCY, "the retrieval service did not serve the call")
+
+
+def _deadline(limit: CallLimit) -> DomainError:
+    if limit.caller_deadline:
+        return DeadlineExceeded("the caller's deadline passed while retrieving")
+    return DeadlineExceeded(
+        f"retrieval did not answer within RETRIEVAL_TIMEOUT_SECONDS ({limit.seconds:g}s)"
+    )
+
+
+def _exhausted(limit: CallLimit) -> DomainError:
+    return ResourceExhausted("the retrieval service is out of capacity; retry later")
+
+
+def _internal(limit: CallLimit) -> DomainError:
+    # Generic on purpose: the downstream details name retrieval's internals, and the caller can
+    # do nothing about them. They are logged instead.
+    return InternalFailure("retrieval failed")
+
+
+# Every status Retrieve can end with, decided one by one (OK is not an error).
+DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
+    # Retrieval cancelled the call (it is shutting down and its drain ran out): another replica
+    # or a retry can answer, exactly as when it is unreachable.
+    grpc.StatusCode.CANCELLED: _unavailable,
+    grpc.StatusCode.UNKNOWN: _internal,
+    # The query is text this system produced (a rewrite, a merged clarification), and top_k
+    # comes from our settings: a rejection is our failure, not the caller's invalid argument.
+    grpc.StatusCode.INVALID_ARGUMENT: _internal,
+    grpc.StatusCode.DEADLINE_EXCEEDED: _deadline,
+    grpc.StatusCode.NOT_FOUND: _internal,
+    grpc.StatusCode.ALREADY_EXISTS: _internal,
+    grpc.StatusCode.PERMISSION_DENIED: _internal,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: _exhausted,
+    # Retrieval's store does not fit its configuration: an operator's problem, not the caller's.
+    grpc.StatusCode.FAILED_PRECONDITION: _internal,
+    grpc.StatusCode.ABORTED: _internal,
+    grpc.StatusCode.OUT_OF_RANGE: _internal,
+    # Version skew between the two services.
+    grpc.StatusCode.UNIMPLEMENTED: _internal,
+    grpc.StatusCode.INTERNAL: _internal,
+    grpc.StatusCode.UNAVAILABLE: _unavailable,
+    grpc.StatusCode.DATA_LOSS: _internal,
+    # Our AUTH_TOKEN does not match retrieval's: passing UNAUTHENTICATED on would tell the
+    # caller their own token is wrong.
+    grpc.StatusCode.UNAUTHENTICATED: _internal,
+}
+
+
+def translate(code: grpc.StatusCode, limit: CallLimit) -> DomainError:
+    """The domain error for a Retrieve call that ended with `code` under `limit`."""
+    return DOWNSTREAM_ERRORS.get(code, _internal)(limit)
 
 
 class RetrievalClient:
@@ -42,18 +122,24 @@ class RetrievalClient:
         request = retrieval_pb2.RetrieveRequest(query=query)
         if top_k is not None:
             request.top_k = top_k
+        limit = (
+            CallLimit(self._default_timeout, caller_deadline=False)
+            if timeout is None
+            else CallLimit(timeout, caller_deadline=True)
+        )
         try:
             response = await self._stub.Retrieve(
-                request,
-                timeout=self._default_timeout if timeout is None else timeout,
-                metadata=self._metadata,
+                request, timeout=limit.seconds, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                raise DependencyUnavailable("retrieval service", exc.details() or "") from exc
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise DeadlineExceeded("deadline exceeded while retrieving") from exc
-            raise
+            error = translate(exc.code(), limit)
+            log.warning(
+                "Retrieve failed with %s (%s); answering %s",
+                exc.code().name,
+                exc.details(),
+                type(error).__name__,
+            )
+            raise error from exc
         return Retrieval(
             docs=[chunk_from_proto(c) for c in response.docs],
             meta=retrieval_meta_from_proto(response.meta),

@@ -1,6 +1,6 @@
 """The gRPC runtime both services share: a `grpc.aio` server with health and reflection, one
-interceptor mapping domain errors to API.md status codes, optional bearer-token auth, and
-graceful shutdown (SIGTERM/SIGINT → NOT_SERVING → drain in-flight calls → stop)."""
+interceptor mapping domain errors to status codes (docs/api.md#status-codes), optional
+bearer-token auth, and graceful shutdown (SIGTERM/SIGINT → NOT_SERVING → drain → stop)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,16 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shared.errors import DomainError
+from shared.errors import (
+    ConfigurationError,
+    DeadlineExceeded,
+    DependencyUnavailable,
+    DomainError,
+    InternalFailure,
+    InvalidArgument,
+    ModelOutputInvalid,
+    ResourceExhausted,
+)
 from shared.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -25,19 +34,36 @@ HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION_SERVICE = reflection.SERVICE_NAME
 _OPEN_PREFIXES = (f"/{HEALTH_SERVICE}/", f"/{REFLECTION_SERVICE}/")
 
-# Downstream gRPC failures that mean "a dependency failed", passed through with their code so
-# a caller can tell an unreachable retrieval service from our own bug (API.md status codes).
-_PASSTHROUGH_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# The one place a domain error becomes a status code (docs/api.md#status-codes). Keyed by the
+# exact classes of shared.errors; a subclass takes its nearest listed base's code. DomainError
+# itself is deliberately absent: an error raised without a meaning is treated as a bug.
+STATUS_FOR_ERROR: dict[type[DomainError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    DependencyUnavailable: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ModelOutputInvalid: grpc.StatusCode.INTERNAL,
+    ConfigurationError: grpc.StatusCode.FAILED_PRECONDITION,
+    InternalFailure: grpc.StatusCode.INTERNAL,
+}
+
+
+def status_code_for(error_type: type[DomainError]) -> grpc.StatusCode | None:
+    """The status of the nearest class in `error_type`'s MRO listed in STATUS_FOR_ERROR, or
+    None when there is none (then the error is treated as unexpected)."""
+    for cls in error_type.__mro__:
+        if issubclass(cls, DomainError) and cls in STATUS_FOR_ERROR:
+            return STATUS_FOR_ERROR[cls]
+    return None
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
-    """The (code, message) an exception maps to, or None for an unexpected exception."""
+    """The (code, details) an exception maps to, or None for an unexpected exception. Only a
+    domain error's own message leaves the process; anything else stays in the log."""
     if isinstance(exc, DomainError):
-        return exc.code, exc.message
-    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in _PASSTHROUGH_CODES:
-        return exc.code(), f"downstream call failed: {exc.details()}"
-    if isinstance(exc, TimeoutError):
-        return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
+        code = status_code_for(type(exc))
+        if code is not None:
+            return code, exc.message
     return None
 
 
@@ -82,14 +108,16 @@ def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., Any
 
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
-    """Maps `DomainError`s (and downstream UNAVAILABLE / DEADLINE_EXCEEDED) to status codes;
-    anything else becomes INTERNAL with a generic message and a logged traceback."""
+    """Maps `DomainError`s to status codes through STATUS_FOR_ERROR; anything else becomes
+    INTERNAL with a generic message and a logged traceback."""
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method or ""
         if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
@@ -118,9 +146,11 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method or ""
         if method.startswith(_OPEN_PREFIXES):
             return await continuation(handler_call_details)

@@ -18,9 +18,28 @@ from supermew.v1 import (
 
 from orchestrator_service.settings import SERVICE_NAME as ORCHESTRATOR
 from retrieval_service.settings import SERVICE_NAME as RETRIEVAL
-from shared.errors import DependencyUnavailable, InvalidArgument
+from shared.errors import (
+    ConfigurationError,
+    DeadlineExceeded,
+    DependencyUnavailable,
+    DomainError,
+    InternalFailure,
+    InvalidArgument,
+    ModelOutputInvalid,
+    ResourceExhausted,
+)
 from shared.serve import GrpcServer
 from shared.settings import ServerSettings
+
+# One instance of every mapped domain error, and a bare DomainError (no meaning → a bug).
+RAISED: dict[str, DomainError] = {
+    "late": DeadlineExceeded("the caller's deadline passed while retrieving"),
+    "busy": ResourceExhausted("the retrieval service is out of capacity; retry later"),
+    "garbled": ModelOutputInvalid("evidence_grade", "no valid route"),
+    "misconfigured": ConfigurationError("collection dimension does not fit"),
+    "failed": InternalFailure("retrieval failed"),
+    "bare": DomainError("/srv/secret/path"),
+}
 
 
 class ProbeServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
@@ -43,6 +62,8 @@ class ProbeServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise InvalidArgument("query", "must not be blank")
         if request.query == "down":
             raise DependencyUnavailable("milvus", "connection refused")
+        if request.query in RAISED:
+            raise RAISED[request.query]
         raise RuntimeError("secret internals")
 
     async def DeleteDocuments(self, request, context):
@@ -107,6 +128,16 @@ async def test_reflection_lists_both_services(running):
         ("bad", grpc.StatusCode.INVALID_ARGUMENT, "query: must not be blank"),
         ("down", grpc.StatusCode.UNAVAILABLE, "milvus unavailable: connection refused"),
         ("boom", grpc.StatusCode.INTERNAL, "internal error"),
+        (
+            "late",
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "the caller's deadline passed while retrieving",
+        ),
+        ("busy", grpc.StatusCode.RESOURCE_EXHAUSTED, RAISED["busy"].message),
+        ("garbled", grpc.StatusCode.INTERNAL, "model task evidence_grade: no valid route"),
+        ("misconfigured", grpc.StatusCode.FAILED_PRECONDITION, RAISED["misconfigured"].message),
+        ("failed", grpc.StatusCode.INTERNAL, "retrieval failed"),
+        ("bare", grpc.StatusCode.INTERNAL, "internal error"),
     ],
 )
 async def test_domain_errors_map_to_status_codes(running, query, code, message):

@@ -1,0 +1,134 @@
+"""The retrieval client against a real in-process retrieval server (the shared serve helper and
+its error table): each downstream status arrives as the domain error the orchestrator's caller
+should see, and nothing of retrieval's own details leaks through."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+from orchestrator_service.retrieval_client import RetrievalClient
+from retrieval_service.settings import SERVICE_NAME
+from shared.errors import (
+    ConfigurationError,
+    DeadlineExceeded,
+    DependencyUnavailable,
+    InternalFailure,
+    InvalidArgument,
+    ResourceExhausted,
+)
+from shared.serve import GrpcServer, status_for
+from shared.settings import ServerSettings
+
+SECRET_DETAIL = "collection /srv/secret/path.db filter chunk_level == 3"
+
+
+class SteeredRetrieval(retrieval_pb2_grpc.RetrievalServiceServicer):
+    """Answers each query with the failure it names."""
+
+    async def Retrieve(self, request, context):
+        match request.query:
+            case "invalid":
+                raise InvalidArgument("query", SECRET_DETAIL)
+            case "exhausted":
+                raise ResourceExhausted(SECRET_DETAIL)
+            case "misconfigured":
+                raise ConfigurationError(SECRET_DETAIL)
+            case "slow":
+                await asyncio.sleep(5)
+            case "bug":
+                raise RuntimeError(SECRET_DETAIL)
+        return retrieval_pb2.RetrieveResponse()
+
+
+async def _serve(token: str | None = None) -> GrpcServer:
+    def add(server: grpc.aio.Server) -> None:
+        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(SteeredRetrieval(), server)
+
+    server = GrpcServer(
+        ServerSettings(auth_token=token), port=0, service_names=[SERVICE_NAME], add_servicers=add
+    )
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def retrieval():
+    server = await _serve()
+    yield server
+    await server.stop(0)
+
+
+@pytest.mark.parametrize(
+    ("query", "error", "code", "details"),
+    [
+        ("invalid", InternalFailure, grpc.StatusCode.INTERNAL, "retrieval failed"),
+        ("bug", InternalFailure, grpc.StatusCode.INTERNAL, "retrieval failed"),
+        ("misconfigured", InternalFailure, grpc.StatusCode.INTERNAL, "retrieval failed"),
+        (
+            "exhausted",
+            ResourceExhausted,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "the retrieval service is out of capacity; retry later",
+        ),
+    ],
+)
+async def test_downstream_status_is_translated(retrieval, query, error, code, details) -> None:
+    client = RetrievalClient.connect(retrieval.address)
+    try:
+        with pytest.raises(error) as raised:
+            await client.retrieve(query)
+        assert status_for(raised.value) == (code, details)
+    finally:
+        await client.aclose()
+
+
+async def test_caller_deadline_is_named(retrieval) -> None:
+    client = RetrievalClient.connect(retrieval.address, default_timeout=30.0)
+    try:
+        with pytest.raises(DeadlineExceeded, match="the caller's deadline passed"):
+            await client.retrieve("slow", timeout=0.2)
+    finally:
+        await client.aclose()
+
+
+async def test_retrieval_timeout_setting_is_named(retrieval) -> None:
+    client = RetrievalClient.connect(retrieval.address, default_timeout=0.2)
+    try:
+        with pytest.raises(DeadlineExceeded, match=r"RETRIEVAL_TIMEOUT_SECONDS \(0.2s\)"):
+            await client.retrieve("slow")
+    finally:
+        await client.aclose()
+
+
+async def test_stopped_retrieval_is_unavailable() -> None:
+    server = await _serve()
+    address = server.address
+    await server.stop(0)
+    client = RetrievalClient.connect(address, default_timeout=5.0)
+    try:
+        with pytest.raises(DependencyUnavailable) as raised:
+            await client.retrieve("anything")
+        assert status_for(raised.value) == (
+            grpc.StatusCode.UNAVAILABLE,
+            "retrieval unavailable: the retrieval service did not serve the call",
+        )
+    finally:
+        await client.aclose()
+
+
+async def test_wrong_orchestrator_token_is_not_the_callers_unauthenticated() -> None:
+    server = await _serve(token="right")
+    client = RetrievalClient.connect(server.address, auth_token="wrong")
+    try:
+        with pytest.raises(InternalFailure):
+            await client.retrieve("anything")
+        right = RetrievalClient.connect(server.address, auth_token="right")
+        assert (await right.retrieve("anything")).docs == []
+        await right.aclose()
+    finally:
+        await client.aclose()
+        await server.stop(0)

@@ -1,0 +1,109 @@
+"""The two error tables are complete: every domain error in the tree has a status code in
+`shared.serve.STATUS_FOR_ERROR`, and the retrieval client decides every status retrieval can
+answer with (docs/api.md#status-codes)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import grpc
+import pytest
+
+import orchestrator_service
+import retrieval_service
+import shared
+from orchestrator_service.retrieval_client import DOWNSTREAM_ERRORS, CallLimit, translate
+from shared.errors import DomainError
+from shared.serve import STATUS_FOR_ERROR, status_code_for, status_for
+
+
+def _import_whole_tree() -> None:
+    # Subclasses exist only once their module is imported; entry points are skipped because
+    # they are scripts, not definitions.
+    for package in (shared, retrieval_service, orchestrator_service):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if not module.name.endswith("__main__"):
+                importlib.import_module(module.name)
+
+
+def _all_subclasses(cls: type[DomainError]) -> set[type[DomainError]]:
+    found: set[type[DomainError]] = set()
+    for sub in cls.__subclasses__():
+        if sub.__module__.split(".")[0] in {"shared", "retrieval_service", "orchestrator_service"}:
+            found |= {sub} | _all_subclasses(sub)
+    return found
+
+
+def test_every_domain_error_in_the_tree_has_a_status() -> None:
+    _import_whole_tree()
+    subclasses = _all_subclasses(DomainError)
+    assert subclasses >= set(STATUS_FOR_ERROR)
+    missing = sorted(c.__qualname__ for c in subclasses if status_code_for(c) is None)
+    assert missing == []
+
+
+def test_a_domain_error_without_a_meaning_is_not_mapped() -> None:
+    # Raised bare, the base class says nothing a caller could act on: serve treats it as a bug.
+    assert status_for(DomainError("x")) is None
+    assert status_for(RuntimeError("x")) is None
+
+
+def test_the_retrieval_client_decides_every_status_but_ok() -> None:
+    assert set(DOWNSTREAM_ERRORS) == set(grpc.StatusCode) - {grpc.StatusCode.OK}
+
+
+CALLER = CallLimit(1.5, caller_deadline=True)
+SETTING = CallLimit(30.0, caller_deadline=False)
+
+
+@pytest.mark.parametrize(
+    ("downstream", "upstream"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE),
+        (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.DEADLINE_EXCEEDED),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        # Caused by text the system generated, or by our own credentials: never the caller's.
+        (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL),
+        (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INTERNAL),
+        (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INTERNAL),
+        (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INTERNAL),
+        (grpc.StatusCode.INTERNAL, grpc.StatusCode.INTERNAL),
+        (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_downstream_status_becomes_the_upstream_status(downstream, upstream) -> None:
+    mapped = status_for(translate(downstream, CALLER))
+    assert mapped is not None and mapped[0] == upstream
+
+
+def test_only_the_named_downstream_statuses_leave_as_something_other_than_internal() -> None:
+    not_internal = {
+        code
+        for code in DOWNSTREAM_ERRORS
+        if status_code_for(type(translate(code, CALLER))) != grpc.StatusCode.INTERNAL
+    }
+    assert not_internal == {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+
+
+def test_deadline_says_which_limit_fired() -> None:
+    assert str(translate(grpc.StatusCode.DEADLINE_EXCEEDED, CALLER)) == (
+        "the caller's deadline passed while retrieving"
+    )
+    assert str(translate(grpc.StatusCode.DEADLINE_EXCEEDED, SETTING)) == (
+        "retrieval did not answer within RETRIEVAL_TIMEOUT_SECONDS (30s)"
+    )
+
+
+def test_internal_failures_carry_a_generic_message() -> None:
+    for code in DOWNSTREAM_ERRORS:
+        mapped = status_for(translate(code, CALLER))
+        assert mapped is not None
+        if mapped[0] == grpc.StatusCode.INTERNAL:
+            assert mapped[1] == "retrieval failed"
