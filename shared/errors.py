@@ -66,3 +66,8 @@ class ConfigurationError(DomainError):
     """The service's configuration or its store does not fit (raised at start-up)."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InternalFailure(DomainError):
+    """A dependency or bug failed in a way the caller cannot fix; INTERNAL with a generic
+    message (the details go to the log, never to the caller)."""
