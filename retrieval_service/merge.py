@@ -83,22 +83,14 @@ def merge_pass(
 
 @dataclass(frozen=True, slots=True)
 class MergeOutcome:
+    """What auto-merge did to one candidate list (the H fields of the retrieval meta)."""
+
     docs: list[Doc]
     enabled: bool
     threshold: int
     replaced: int
     steps: int
 
-    def meta(self) -> dict[str, Any]:
-        return {
-            "auto_merge_enabled": self.enabled,
-            "auto_merge_applied": self.replaced > 0,
-            "auto_merge_threshold": self.threshold,
-            "auto_merge_replaced_chunks": self.replaced,
-            "auto_merge_steps": self.steps,
-            "post_merge_candidate_count": len(self.docs),
-        }
-
-
-def empty_merge_meta(enabled: bool, threshold: int) -> dict[str, Any]:
-    return MergeOutcome([], enabled, threshold, 0, 0).meta()
+    @property
+    def applied(self) -> bool:
+        return self.replaced > 0

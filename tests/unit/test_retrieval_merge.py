@@ -114,7 +114,7 @@ def test_rerank_scores_fold_into_rerank_score() -> None:
     ],
 )
 def test_resolve_candidate_k(top_k, mult, raw, expected) -> None:
-    assert resolve_candidate_k(top_k, mult, raw) == {
+    assert resolve_candidate_k(top_k, mult, raw).to_dict() == {
         "retrieval_candidate_multiplier": mult,
         **expected,
     }
