@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -68,26 +69,42 @@ def _check_deadline(deadline: float | None) -> None:
         raise DeadlineExceeded("deadline exceeded while embedding")
 
 
+def _shifted_progress(
+    report: ProgressCallback, offset: int, total: int, done: int, _n: int
+) -> None:
+    report(offset + done, total)
+
+
 async def embed_windows(
     embedder: Embedder,
     texts: Sequence[str],
     window: int,
     *,
+    on_batch: ProgressCallback | None = None,
     deadline: float | None = None,
-) -> AsyncIterator[tuple[int, np.ndarray]]:
+) -> AsyncGenerator[tuple[int, np.ndarray]]:
     """Yields `(offset, vectors)` for each window of `window` texts, in order. The next window
     is already embedding while the consumer handles the current one (one window of look-ahead),
     so a consumer that writes each window to the store overlaps writing with embedding while
-    holding at most two windows of vectors."""
+    holding at most two windows of vectors. `on_batch(done, total)` counts over all `texts`
+    (one window embeds at a time, so the counts only grow)."""
     if window <= 0:
         raise ValueError("window must be positive")
-    offsets = iter(range(0, len(texts), window))
+    total = len(texts)
+    offsets = iter(range(0, total, window))
 
     def launch(offset: int | None) -> tuple[int, asyncio.Task[np.ndarray]] | None:
         if offset is None:
             return None
         batch = list(texts[offset : offset + window])
-        return offset, asyncio.ensure_future(embedder.embed_passages(batch, deadline=deadline))
+        progress = (
+            None
+            if on_batch is None
+            else functools.partial(_shifted_progress, on_batch, offset, total)
+        )
+        return offset, asyncio.ensure_future(
+            embedder.embed_passages(batch, on_batch=progress, deadline=deadline)
+        )
 
     pending = launch(next(offsets, None))
     try:
