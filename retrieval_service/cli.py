@@ -228,7 +228,8 @@ def ingest(
             if isinstance(result, Ingested):
                 outcome.ingested.append(result)
                 verb = "replaced" if result.replaced else "ingested"
-                line = f"{verb} {path}: {result.l3_chunks} leaves, {result.pages} page(s)"
+                leaves = "1 leaf" if result.l3_chunks == 1 else f"{result.l3_chunks} leaves"
+                line = f"{verb} {path}: {leaves}, {result.pages} page(s)"
             else:
                 outcome.failed.append(result)
                 line = f"FAILED {path}: {result.reason}"
