@@ -103,8 +103,8 @@ class _Prepared:
 
 class _ProgressCounter:
     """Turns the embedder's running count over all leaves of a request into per-document
-    progress: each document is reported when it starts (0), as its leaves embed and when it
-    is complete; documents finish in request order."""
+    progress, in request order: each document's events start at 0, follow its leaves as they
+    embed and end at its total."""
 
     def __init__(self, prepared: Sequence[_Prepared], sink: ProgressSink, started: float) -> None:
         self._docs: list[tuple[str, int, int]] = []
@@ -124,10 +124,13 @@ class _ProgressCounter:
             if start > done:
                 break
             value = min(done - start, n)
-            if value != self._reported[i]:
-                self._reported[i] = value
-                elapsed = int((time.monotonic() - self._started) * 1000)
-                self._sink(IngestProgress(name, value, n, elapsed))
+            # Every document's events start at 0, also when one batch ends the previous
+            # document and goes on into this one.
+            for report in (0, value) if self._reported[i] < 0 < value else (value,):
+                if report != self._reported[i]:
+                    self._reported[i] = report
+                    elapsed = int((time.monotonic() - self._started) * 1000)
+                    self._sink(IngestProgress(name, report, n, elapsed))
             if value == n:
                 self._first = i + 1
 
