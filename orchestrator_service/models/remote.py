@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator_service.models import prompts
 from orchestrator_service.models.base import (
+    TASK_ANSWER,
     TASK_COMPLEXITY,
     TASK_GRADE,
     TASK_REWRITE,
@@ -90,6 +91,7 @@ class RemoteModelClient:
         model: str,
         grade_model: str | None = None,
         fast_model: str | None = None,
+        answer_model: str | None = None,
         timeout: float = 60.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
@@ -98,6 +100,7 @@ class RemoteModelClient:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model, self.grade_model = model, grade_model or model
         self.fast_model = fast_model or model
+        self.answer_model = answer_model or model
         self._timeout = timeout
         self._http = http or httpx.AsyncClient(
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)
@@ -202,3 +205,72 @@ class RemoteModelClient:
         except (ValueError, KeyError, IndexError, TypeError):
             return ""
         return content if isinstance(content, str) else json.dumps(content)
+
+    # ---- answer_generation: one streamed chat completion (server-sent events) ----------------
+
+    async def stream_answer(
+        self,
+        question: str,
+        docs: Sequence[Mapping[str, Any]],
+        *,
+        missing_slots: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """ANSWER_MODEL's `choices[0].delta.content` pieces as they arrive. The stream must end
+        with `data: [DONE]`: one cut before it raises DependencyUnavailable, so a caller never
+        mistakes half an answer for a whole one. No retry: pieces may already be out."""
+        body = {
+            "model": self.answer_model,
+            "messages": prompts.answer_messages(question, docs, missing_slots),
+            "temperature": 0,
+            "stream": True,
+        }
+        seconds = self._timeout if timeout is None else min(timeout, self._timeout)
+        try:
+            async with self._http.stream(
+                "POST", self._url, json=body, headers=self._headers, timeout=seconds
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise DependencyUnavailable(
+                        "model endpoint", f"task {TASK_ANSWER}: HTTP {response.status_code}"
+                    )
+                async for line in response.aiter_lines():
+                    data = _sse_data(line)
+                    if data is None:
+                        continue
+                    if data == "[DONE]":
+                        return
+                    piece = _delta_content(data)
+                    if piece:
+                        yield piece
+        except httpx.ConnectTimeout as exc:
+            raise DependencyUnavailable("model endpoint", "connect timeout") from exc
+        except httpx.TimeoutException as exc:
+            raise DeadlineExceeded(
+                f"model task {TASK_ANSWER}: no reply within {seconds:.3f}s"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable(
+                "model endpoint", f"task {TASK_ANSWER}: the answer stream was cut"
+            ) from exc
+        raise DependencyUnavailable(
+            "model endpoint", f"task {TASK_ANSWER}: the answer stream ended before [DONE]"
+        )
+
+
+def _sse_data(line: str) -> str | None:
+    """The payload of an SSE `data:` line; None for comments, other fields and blank lines."""
+    if not line.startswith("data:"):
+        return None
+    return line[len("data:") :].strip()
+
+
+def _delta_content(data: str) -> str:
+    """The text of one chat.completion.chunk ("" for chunks without any, e.g. usage)."""
+    try:
+        choices = json.loads(data)["choices"]
+        content = choices[0].get("delta", {}).get("content") if choices else None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ModelOutputInvalid(TASK_ANSWER, "a stream event is not a completion chunk") from exc
+    return content if isinstance(content, str) else ""
