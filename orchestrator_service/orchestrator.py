@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from langgraph.graph.state import CompiledStateGraph
-
 from orchestrator_service import steps
 from orchestrator_service.answer import (
     Answer,
@@ -22,7 +20,7 @@ from orchestrator_service.answer import (
     join_note,
     partial_note,
 )
-from orchestrator_service.graph import build_rag_graph, build_resume_graph
+from orchestrator_service.graph import RagGraph, build_rag_graph, build_resume_graph
 from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.models.local.text import is_chinese
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
@@ -43,11 +41,11 @@ def _discard(_text: str) -> None:
 
 
 # One compilation per process: compiled graphs are stateless and shared by all requests.
-_RAG_GRAPH: CompiledStateGraph | None = None
-_RESUME_GRAPH: CompiledStateGraph | None = None
+_RAG_GRAPH: RagGraph | None = None
+_RESUME_GRAPH: RagGraph | None = None
 
 
-def compiled_graphs() -> tuple[CompiledStateGraph, CompiledStateGraph]:
+def compiled_graphs() -> tuple[RagGraph, RagGraph]:
     global _RAG_GRAPH, _RESUME_GRAPH
     if _RAG_GRAPH is None or _RESUME_GRAPH is None:
         _RAG_GRAPH, _RESUME_GRAPH = build_rag_graph(), build_resume_graph()
