@@ -25,8 +25,9 @@ _MARKER_WITH_SPACE = re.compile(r"[ \t]*" + MARKER.pattern)
 #: What an unfinished marker can look like at the end of a streamed piece.
 _OPEN_MARKER = re.compile(r"\[[\d\s,，、]{0,24}$")
 _NUMBER = re.compile(r"\d+")
-#: Sentence ends: CJK marks anywhere, Latin marks before whitespace or the end.
-_SENTENCE_END = re.compile(r"[。！？；]+|[.!?;]+(?=\s|$)")
+#: Sentence ends: CJK marks anywhere, "；" included (a Chinese clause reads on its own); Latin
+#: marks before whitespace or the end, ";" excluded (an English clause after it is lower case).
+_SENTENCE_END = re.compile(r"[。！？；]+|[.!?]+(?=\s|$)")
 _LINE_PREFIX = re.compile(r"^\s*(?:[-*+•]\s+|\d{1,3}[.)]\s+|>\s*)?")
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _LATIN_WORD = re.compile(r"[a-z0-9]+")

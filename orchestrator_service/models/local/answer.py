@@ -2,9 +2,12 @@
 that together cover the question's key terms best, in the question's language, each followed by
 the number of the chunk it comes from. Deterministic; nothing is paraphrased.
 
-Greedy cover: repeatedly take the sentence adding the most key terms not yet covered (then the
-most terms, then the higher-ranked chunk, then the earlier sentence), at most MAX_SENTENCES,
-stopping when a sentence adds nothing. The chosen sentences are read in chunk order."""
+Sentences come only from on-topic chunks: those whose text covers at least half of the key
+terms, or as many as the best chunk does (so "比较合适" in a sleep chunk cannot answer
+"比较绿茶和红茶…" on the strength of 比较 alone). Greedy cover: repeatedly take the sentence adding
+the most key terms not yet covered (then the most terms, then the higher-ranked chunk, then the
+earlier sentence), at most MAX_SENTENCES, stopping when a sentence adds nothing. The chosen
+sentences are read in chunk order."""
 
 from __future__ import annotations
 
@@ -26,9 +29,18 @@ class _Candidate:
     covered: frozenset[str]
 
 
+def _on_topic(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[bool]:
+    evidence = prepare_evidence(list(docs))
+    covered = [len(chunk.covered(terms)) for chunk in evidence]
+    best = max(covered, default=0)
+    return [2 * n >= len(terms) or n == best for n in covered]
+
+
 def _candidates(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[_Candidate]:
     found = []
-    for rank, doc in enumerate(docs, start=1):
+    for rank, (doc, on_topic) in enumerate(zip(docs, _on_topic(docs, terms), strict=True), 1):
+        if not on_topic:
+            continue
         for position, sentence in enumerate(sentences(str(doc.get("text") or ""))):
             # A sentence that already holds "[n]" would read as a citation.
             if MARKER.search(sentence):
@@ -64,12 +76,14 @@ def choose_sentences(question: str, docs: Sequence[Mapping[str, Any]]) -> list[_
 
 def answer_pieces(question: str, docs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The answer as it is streamed: one piece per sentence, "claim[n]" plus its closing
-    marks (a full stop added when the sentence had none), joined by a space in English."""
+    marks (a full stop where the sentence had none or ended a clause with a semicolon),
+    joined by a space in English."""
     chinese = is_chinese(question)
     pieces = []
     for index, candidate in enumerate(choose_sentences(question, docs)):
         claim, closing = split_terminal(candidate.sentence)
-        closing = closing or ("。" if chinese else ".")
+        if not closing.strip("；;"):
+            closing = "。" if chinese else "."
         lead = " " if index and not chinese else ""
         pieces.append(f"{lead}{claim}[{candidate.rank}]{closing}")
     return pieces
