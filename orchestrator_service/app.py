@@ -39,6 +39,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
     server = GrpcServer(
         settings,
         port=settings.orchestrator_port,
+        port_setting="ORCHESTRATOR_PORT",
         service_names=[SERVICE_NAME],
         add_servicers=add_servicer(core),
     )
