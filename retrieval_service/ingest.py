@@ -1,6 +1,6 @@
 """Ingestion (API.md IngestDocuments/DeleteDocuments/ListDocuments): validate → load →
-sanitise → three-level split → embed (leaves by the model, parents by default the normalised
-mean of their leaves) → write. Replacing a document loses nothing: every vector is computed
+sanitise → three-level split → embed (leaves by the model, parents the normalised mean of
+their leaves) → write. Replacing a document loses nothing: every vector is computed
 before the store is touched, the previous version's rows are kept in memory while the new
 rows are written, and any store failure restores them before the error is raised."""
 
@@ -11,10 +11,11 @@ import logging
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from retrieval_service.chunk_store import ChunkStore
 from retrieval_service.chunking import ChunkingConfig, ChunkRecord, chunk_document
 from retrieval_service.embedding import Embedder, normalise
 from retrieval_service.loaders import (
@@ -23,14 +24,16 @@ from retrieval_service.loaders import (
     load_pages,
     resolve_file_type,
 )
-from retrieval_service.store import LEVELS, ChunkStore, DocumentEntry
+from retrieval_service.milvus_schema import LEVELS
+from retrieval_service.pipeline import EMBEDDER_FAILURES
+from retrieval_service.registry import DocumentEntry, DocumentRegistry
+from retrieval_service.store import STORE_FAILURES, MilvusStore
 from shared.errors import DependencyUnavailable, InvalidArgument
 from shared.lexical import bm25_text
 
 log = logging.getLogger(__name__)
 
 MAX_FILENAME_CHARS = 255
-ParentVectors = Literal["mean", "model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,20 +86,22 @@ def validate_filename(filename: str, field: str) -> None:
 class Ingestor:
     def __init__(
         self,
-        store: ChunkStore,
+        milvus: MilvusStore,
+        chunks: ChunkStore,
+        registry: DocumentRegistry,
         embedder: Embedder,
         chunking: ChunkingConfig,
         *,
         max_document_bytes: int,
         batch_size: int = 32,
-        parent_vectors: ParentVectors = "mean",
     ) -> None:
-        self._store = store
+        self._milvus = milvus
+        self._chunks = chunks
+        self._registry = registry
         self._embedder = embedder
         self._chunking = chunking
         self._max_bytes = max_document_bytes
         self._batch_size = batch_size
-        self._parent_vectors = parent_vectors
         self._lock = asyncio.Lock()  # one writer at a time: replace is read-modify-write
 
     # ---- ingest ---------------------------------------------------------------------------
@@ -112,16 +117,17 @@ class Ingestor:
                 f"{prefix}.content",
                 f"is {len(doc.content)} bytes, at most {self._max_bytes}",
             )
-        pages = load_pages(doc.content, file_type, f"{prefix}.content")
+        pages = load_pages(doc.content, file_type, f"{prefix}.content", doc.filename)
         chunks = chunk_document(doc.filename, file_type, pages, self._chunking)
         if not any(c.chunk_level == 3 for c in chunks):
             raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
         return _Prepared(doc.filename, file_type, len(pages), chunks, {})
 
     async def _embed(self, prepared: list[_Prepared]) -> None:
-        """Fill every chunk's vector; raises before anything is written."""
-        levels = (3,) if self._parent_vectors == "mean" else LEVELS
-        todo = [c for p in prepared for c in p.chunks if c.chunk_level in levels]
+        """Fill every leaf's vector; raises before anything is written. Only leaves go
+        through the model: embedding is the ingest bottleneck, and a parent's mean vector
+        keeps level-2 recall sound (README "Ingestion")."""
+        todo = [c for p in prepared for c in p.chunks if c.chunk_level == 3]
         owner = {c.chunk_id + "\x00" + c.filename: p for p in prepared for c in p.chunks}
         for start in range(0, len(todo), self._batch_size):
             batch = todo[start : start + self._batch_size]
@@ -131,9 +137,6 @@ class Ingestor:
                 raise ValueError(f"embedder returned shape {vectors.shape} for {len(batch)} texts")
             for chunk, vector in zip(batch, vectors, strict=True):
                 owner[chunk.chunk_id + "\x00" + chunk.filename].vectors[chunk.chunk_id] = vector
-        if self._parent_vectors == "mean":
-            for p in prepared:
-                _mean_parent_vectors(p)
 
     async def ingest(self, documents: Sequence[SourceDocument]) -> list[IngestedDocument]:
         """All documents are validated and parsed before anything is embedded or written, so
@@ -152,8 +155,11 @@ class Ingestor:
             await self._embed(prepared)
         except DependencyUnavailable:
             raise
-        except Exception as exc:
-            raise DependencyUnavailable("embedder", f"{type(exc).__name__}: {exc}") from exc
+        except EMBEDDER_FAILURES as exc:
+            log.error("embedding the passages failed", exc_info=exc)
+            raise DependencyUnavailable("embedder", "the embedding model failed") from exc
+        for p in prepared:
+            _mean_parent_vectors(p)
         reports = []
         async with self._lock:
             for p in prepared:
@@ -165,20 +171,15 @@ class Ingestor:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
         fast to search, so a failure is logged and the request still succeeds."""
         try:
-            await self._store.seal()
-        except Exception:
-            log.warning("could not flush the written rows into indexed segments", exc_info=True)
+            await self._milvus.seal()
+        except STORE_FAILURES:
+            log.warning("could not flush the written rows into indexed segments")
 
     async def _write(self, p: _Prepared) -> IngestedDocument:
-        try:
-            old = await self._store.get_document(p.filename)
-            backup = (
-                {lvl: await self._store.full_rows(lvl, old.ids(lvl)) for lvl in LEVELS}
-                if old
-                else {}
-            )
-        except Exception as exc:
-            raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+        old = await self._registry.get(p.filename)
+        backup = (
+            {lvl: await self._chunks.full_rows(lvl, old.ids(lvl)) for lvl in LEVELS} if old else {}
+        )
         rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
         counts: dict[str, list[int]] = {}
         for c in p.chunks:
@@ -188,16 +189,16 @@ class Ingestor:
         new_ids = {lvl: {r["chunk_id"] for r in rows[lvl]} for lvl in LEVELS}
         try:
             for lvl in LEVELS:
-                await self._store.upsert_chunks(lvl, rows[lvl])
+                await self._chunks.upsert_chunks(lvl, rows[lvl])
             if old:
                 for lvl in LEVELS:
                     stale = [i for i in old.ids(lvl) if i not in new_ids[lvl]]
-                    await self._store.delete_chunks(lvl, stale)
-            await self._store.put_document(entry)
-        except Exception as exc:
-            log.error("writing %s failed, restoring the previous version: %s", p.filename, exc)
+                    await self._chunks.delete_chunks(lvl, stale)
+            await self._registry.put(entry)
+        except STORE_FAILURES:
+            log.error("writing %s failed, restoring the previous version", p.filename)
             await self._restore(p.filename, new_ids, old, backup)
-            raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+            raise
         return IngestedDocument(
             filename=p.filename,
             file_type=p.file_type,
@@ -218,13 +219,14 @@ class Ingestor:
         try:
             for lvl in LEVELS:
                 old_ids = set(old.ids(lvl)) if old else set()
-                await self._store.delete_chunks(lvl, sorted(new_ids[lvl] - old_ids))
+                await self._chunks.delete_chunks(lvl, sorted(new_ids[lvl] - old_ids))
                 if backup.get(lvl):
-                    await self._store.upsert_chunks(lvl, backup[lvl])
+                    await self._chunks.upsert_chunks(lvl, backup[lvl])
             if old:
-                await self._store.put_document(old)
-        except Exception:
-            log.exception("restoring the previous version of %s failed", filename)
+                await self._registry.put(old)
+        except STORE_FAILURES:
+            # The write's own error is what the caller hears; this one is only logged.
+            log.error("restoring the previous version of %s failed", filename)
 
     # ---- delete / list --------------------------------------------------------------------
 
@@ -236,26 +238,20 @@ class Ingestor:
             validate_filename(name, f"filenames[{i}]")  # the same rule as on ingest
         deleted = 0
         async with self._lock:
-            try:
-                for name in dict.fromkeys(filenames):
-                    entry = await self._store.get_document(name)
-                    for lvl in LEVELS:
-                        if entry:
-                            deleted += await self._store.delete_chunks(lvl, entry.ids(lvl))
-                        # Sweep rows a crashed writer may have left without a registry entry.
-                        deleted += await self._store.delete_by_filename(lvl, name)
+            for name in dict.fromkeys(filenames):
+                entry = await self._registry.get(name)
+                for lvl in LEVELS:
                     if entry:
-                        await self._store.delete_document(name)
-            except Exception as exc:
-                raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+                        deleted += await self._chunks.delete_chunks(lvl, entry.ids(lvl))
+                    # Sweep rows a crashed writer may have left without a registry entry.
+                    deleted += await self._chunks.delete_by_filename(lvl, name)
+                if entry:
+                    await self._registry.delete(name)
             await self._seal()
         return deleted
 
     async def list_documents(self) -> list[DocumentEntry]:
-        try:
-            return await self._store.list_documents()
-        except Exception as exc:
-            raise DependencyUnavailable("milvus", f"{type(exc).__name__}: {exc}") from exc
+        return await self._registry.entries()
 
 
 def _mean_parent_vectors(p: _Prepared) -> None:

@@ -1,44 +1,46 @@
 """Retrieve (SPEC.md §5 G/H/I, REFERENCE.md §1.4–1.7): candidate pool → embed the query once →
-hybrid recall on the leaf level (dense fallback when hybrid recall or its post-processing
+hybrid recall on the leaf level (dense fallback when hybrid recall or a later store call
 fails) → two-pass auto-merge → rrf_rank → rerank or score sort → top-k → threshold, with the
 26 retrieval-meta fields. A failed recall is a result (`retrieval_mode = failed`), not an
-error; only bad input raises."""
+error; only bad input raises (and bugs, which surface as INTERNAL)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from retrieval_service.embedding import Embedder
-from retrieval_service.merge import (
-    Doc,
-    MergeOutcome,
-    effective_score,
-    empty_merge_meta,
-    merge_pass,
-    parents_to_merge,
-)
-from retrieval_service.rerank import Reranker
-from shared.errors import InvalidArgument
+from retrieval_service.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
+from retrieval_service.meta import CandidateKSource, RetrievalMeta, RetrievalMode
+from retrieval_service.rerank import Reranker, RerankOutcome
+from retrieval_service.store import STORE_FAILURES
+from shared.errors import DependencyUnavailable, InvalidArgument
+from shared.scores import effective_score
 
 log = logging.getLogger(__name__)
 
 PIPELINE = "recall_merge_rerank"
 CANDIDATE_K_CONFIG_ERROR = "invalid RETRIEVAL_CANDIDATE_K"
-RecallMode = Literal["hybrid", "dense", "bm25"]
+#: What an embedder raises when it cannot embed: its endpoint is down or answered badly
+#: (DependencyUnavailable, ValueError, KeyError) or the in-process model failed (RuntimeError).
+EMBEDDER_FAILURES: tuple[type[Exception], ...] = (
+    DependencyUnavailable,
+    RuntimeError,
+    ValueError,
+    KeyError,
+)
 
 
 class RecallStore(Protocol):
-    """The part of the chunk store retrieval uses (see store.ChunkStore)."""
+    """The part of the chunk store retrieval uses (see chunk_store.ChunkStore)."""
 
     async def hybrid_search(
         self, level: int, text: str, vector: Any, candidate_k: int
     ) -> list[Doc]: ...
     async def dense_search(self, level: int, vector: Any, limit: int) -> list[Doc]: ...
-    async def bm25_search(self, level: int, text: str, limit: int) -> list[Doc]: ...
     async def get_chunks(self, level: int, ids: list[str]) -> dict[str, Doc]: ...
 
 
@@ -54,32 +56,41 @@ class RetrievalConfig:
     auto_merge_threshold: int = 2
     min_score: float = 0.0
     max_query_chars: int = 4000
-    # Evaluation knob (benchmarks): recall with one side only. "dense" reports
-    # retrieval_mode dense_fallback, "bm25" reports hybrid; production uses "hybrid".
-    recall: RecallMode = "hybrid"
 
 
-def resolve_candidate_k(top_k: int, multiplier: int, raw: str | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CandidatePool:
+    """The candidate pool's four meta fields (REFERENCE.md §1.4.1)."""
+
+    candidate_k: int
+    candidate_k_source: CandidateKSource
+    retrieval_candidate_multiplier: int
+    candidate_k_config_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "retrieval_candidate_multiplier": self.retrieval_candidate_multiplier,
+            "candidate_k": self.candidate_k,
+            "candidate_k_source": self.candidate_k_source,
+        }
+        if self.candidate_k_config_error is not None:
+            out["candidate_k_config_error"] = self.candidate_k_config_error
+        return out
+
+
+def resolve_candidate_k(top_k: int, multiplier: int, raw: str | None) -> CandidatePool:
     """The candidate pool (REFERENCE.md §1.4.1): an explicit RETRIEVAL_CANDIDATE_K floored at
     top_k; otherwise top_k × multiplier; an unparsable explicit value falls back to the
     multiplier and is reported."""
     by_multiplier = max(top_k * multiplier, top_k)
-    meta: dict[str, Any] = {"retrieval_candidate_multiplier": multiplier}
     text = (raw or "").strip()
     if not text:
-        meta.update(candidate_k=by_multiplier, candidate_k_source="multiplier")
-        return meta
+        return CandidatePool(by_multiplier, "multiplier", multiplier)
     try:
         explicit = int(text)
     except ValueError:
-        meta.update(
-            candidate_k=by_multiplier,
-            candidate_k_source="multiplier",
-            candidate_k_config_error=CANDIDATE_K_CONFIG_ERROR,
-        )
-        return meta
-    meta.update(candidate_k=max(explicit, top_k), candidate_k_source="env")
-    return meta
+        return CandidatePool(by_multiplier, "multiplier", multiplier, CANDIDATE_K_CONFIG_ERROR)
+    return CandidatePool(max(explicit, top_k), "env", multiplier)
 
 
 def passes_threshold(doc: Doc, min_score: float) -> bool:
@@ -90,7 +101,7 @@ def passes_threshold(doc: Doc, min_score: float) -> bool:
 @dataclass(slots=True)
 class RetrievalResult:
     docs: list[Doc]
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RetrievalMeta
 
 
 class RetrievalPipeline:
@@ -122,32 +133,33 @@ class RetrievalPipeline:
     async def retrieve(self, query: str, top_k: int | None = None) -> RetrievalResult:
         top_k = self._validate(query, top_k)
         cfg = self.config
-        candidates = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
-        candidate_k = candidates["candidate_k"]
+        pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
             vector = np.asarray(await self._embedder.embed_query(query), dtype=np.float32)
-        except Exception:
+        except EMBEDDER_FAILURES:
             log.exception("query embedding failed")
-            return self._failure("embedding_failed", top_k, candidates)
+            return self._failure("embedding_failed", top_k, pool)
 
         try:
-            if cfg.recall == "dense":
-                hits = await self._store.dense_search(cfg.leaf_level, vector, candidate_k)
-                return await self._finalize(query, hits, top_k, "dense_fallback", candidates)
-            if cfg.recall == "bm25":
-                hits = await self._store.bm25_search(cfg.leaf_level, query, candidate_k)
-            else:
-                hits = await self._store.hybrid_search(cfg.leaf_level, query, vector, candidate_k)
-            return await self._finalize(query, hits, top_k, "hybrid", candidates)
-        except Exception as exc:
-            log.warning("hybrid recall failed, trying dense only: %s", exc)
+            hits, mode = await self._recall(query, vector, pool.candidate_k)
+            return await self._finalize(query, hits, top_k, mode, pool)
+        except STORE_FAILURES:
+            log.warning("hybrid recall failed, trying dense only")
 
         try:
-            hits = await self._store.dense_search(cfg.leaf_level, vector, candidate_k)
-            return await self._finalize(query, hits, top_k, "dense_fallback", candidates)
-        except Exception:
-            log.exception("dense fallback failed")
-            return self._failure("retrieve_failed", top_k, candidates)
+            hits = await self._store.dense_search(cfg.leaf_level, vector, pool.candidate_k)
+            return await self._finalize(query, hits, top_k, "dense_fallback", pool)
+        except STORE_FAILURES:
+            log.warning("dense fallback failed: retrieval_mode = failed")
+            return self._failure("retrieve_failed", top_k, pool)
+
+    async def _recall(
+        self, query: str, vector: np.ndarray, candidate_k: int
+    ) -> tuple[list[Doc], RetrievalMode]:
+        """The first recall and the mode it reports. A method so that an evaluation rig can
+        measure one recall side alone without the service carrying the option."""
+        hits = await self._store.hybrid_search(self.config.leaf_level, query, vector, candidate_k)
+        return hits, "hybrid"
 
     async def _merge(self, docs: list[Doc]) -> MergeOutcome:
         cfg = self.config
@@ -169,49 +181,59 @@ class RetrievalPipeline:
         return MergeOutcome(current, True, cfg.auto_merge_threshold, replaced, steps)
 
     async def _finalize(
-        self,
-        query: str,
-        hits: list[Doc],
-        top_k: int,
-        mode: str,
-        candidates: dict[str, Any],
+        self, query: str, hits: list[Doc], top_k: int, mode: RetrievalMode, pool: CandidatePool
     ) -> RetrievalResult:
         merged = await self._merge(hits)
         ranked = [{**doc, "rrf_rank": i} for i, doc in enumerate(merged.docs, start=1)]
         outcome = await self._reranker.rerank(query, ranked, top_k)
         final = [d for d in outcome.docs if passes_threshold(d, self.config.min_score)]
-        meta = self._reranker.base_meta(len(ranked))
-        meta.update(rerank_applied=outcome.applied, rerank_error=outcome.error)
-        meta.update(merged.meta())
-        meta.update(candidates)
-        meta.update(
-            retrieval_mode=mode,
-            retrieval_pipeline=PIPELINE,
-            retrieval_top_k=top_k,
-            leaf_retrieve_level=self.config.leaf_level,
-            recall_count=len(hits),
-            rerank_min_score=self.config.min_score,
-            post_rerank_count=len(outcome.docs),
-            post_threshold_count=len(final),
-            retrieval_empty=not final,
-        )
+        meta = self._meta(mode, pool, top_k, len(hits), merged, outcome, len(ranked), len(final))
         return RetrievalResult(final, meta)
 
-    def _failure(self, error: str, top_k: int, candidates: dict[str, Any]) -> RetrievalResult:
+    def _failure(self, error: str, top_k: int, pool: CandidatePool) -> RetrievalResult:
         cfg = self.config
-        meta = self._reranker.base_meta(0)
-        meta.update(rerank_error=error)
-        meta.update(empty_merge_meta(cfg.auto_merge_enabled, cfg.auto_merge_threshold))
-        meta.update(candidates)
-        meta.update(
-            retrieval_mode="failed",
+        merged = MergeOutcome([], cfg.auto_merge_enabled, cfg.auto_merge_threshold, 0, 0)
+        outcome = RerankOutcome([], False, error)
+        return RetrievalResult([], self._meta("failed", pool, top_k, 0, merged, outcome, 0, 0))
+
+    def _meta(
+        self,
+        mode: RetrievalMode,
+        pool: CandidatePool,
+        top_k: int,
+        recall_count: int,
+        merged: MergeOutcome,
+        rerank: RerankOutcome,
+        candidate_count: int,
+        kept: int,
+    ) -> RetrievalMeta:
+        """The one place the 26 fields are assembled, for results and failures alike."""
+        reranker = self._reranker
+        return RetrievalMeta(
             retrieval_pipeline=PIPELINE,
+            retrieval_mode=mode,
+            candidate_k=pool.candidate_k,
+            candidate_k_source=pool.candidate_k_source,
+            candidate_k_config_error=pool.candidate_k_config_error,
+            retrieval_candidate_multiplier=pool.retrieval_candidate_multiplier,
             retrieval_top_k=top_k,
-            leaf_retrieve_level=cfg.leaf_level,
-            recall_count=0,
-            rerank_min_score=cfg.min_score,
-            post_rerank_count=0,
-            post_threshold_count=0,
-            retrieval_empty=True,
+            leaf_retrieve_level=self.config.leaf_level,
+            recall_count=recall_count,
+            post_merge_candidate_count=len(merged.docs),
+            candidate_count=candidate_count,
+            auto_merge_enabled=merged.enabled,
+            auto_merge_applied=merged.applied,
+            auto_merge_threshold=merged.threshold,
+            auto_merge_replaced_chunks=merged.replaced,
+            auto_merge_steps=merged.steps,
+            rerank_enabled=reranker.enabled,
+            rerank_applied=rerank.applied,
+            rerank_model=reranker.model,
+            rerank_endpoint=reranker.endpoint,
+            rerank_error=rerank.error,
+            rerank_timeout_seconds=reranker.timeout_seconds,
+            rerank_min_score=self.config.min_score,
+            post_rerank_count=len(rerank.docs),
+            post_threshold_count=kept,
+            retrieval_empty=kept == 0,
         )
-        return RetrievalResult([], meta)

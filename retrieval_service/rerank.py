@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
-from retrieval_service.merge import Doc, effective_score
+from retrieval_service.merge import Doc
 from shared.redact import Redactor
+from shared.scores import effective_score
 
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
 _PLACEHOLDER_PARTS = ("your-rerank", "your_rerank")
@@ -71,21 +71,10 @@ class Reranker:
         # The raw setting too: a placeholder-looking key is still a key to scrub.
         self._redact = Redactor(self._api_key, api_key)
 
-    def base_meta(self, candidate_count: int) -> dict[str, Any]:
-        return {
-            "rerank_enabled": self.enabled,
-            "rerank_applied": False,
-            "rerank_model": self.model,
-            "rerank_endpoint": self.endpoint,
-            "rerank_error": None,
-            "rerank_timeout_seconds": self.timeout_seconds,
-            "candidate_count": candidate_count,
-        }
-
     async def rerank(self, query: str, docs: list[Doc], top_k: int) -> RerankOutcome:
         """Rerank `docs` (already carrying rrf_rank) and cut to top_k. Recorded errors: HTTP
-        status, transport/timeout, bad JSON or items, no valid results. Anything else escapes
-        (the pipeline then takes the dense fallback, like the reference)."""
+        status, transport/timeout, bad JSON or items, no valid results. Anything else is a bug
+        and escapes."""
         if not self.enabled or not docs:
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
         try:

@@ -23,7 +23,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         result = await self._pipeline.retrieve(request.query, top_k)
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(doc) for doc in result.docs],
-            meta=retrieval_meta_to_proto(result.meta),
+            meta=retrieval_meta_to_proto(result.meta.to_dict()),
         )
 
     async def IngestDocuments(

@@ -9,9 +9,9 @@ import atexit
 import io
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +32,20 @@ from shared.serve import GrpcServer
 # Small sizes (no floors) so that short test documents still form three levels:
 # L1 240, L2 160, L3 80 characters.
 SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
+
+
+@contextmanager
+def raw_client(db: Path | str) -> Iterator[Any]:
+    """A second pymilvus client on a running service's Milvus Lite file (the same in-process
+    Lite server), for tests that inspect or plant rows behind the service's back."""
+    clear_milvus_env()
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(str(db))
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @lru_cache(maxsize=1)
@@ -181,8 +195,8 @@ class Service:
         return {d.filename: (d.l1_chunks, d.l2_chunks, d.l3_chunks) for d in reply.documents}
 
     async def counts(self) -> tuple[int, int, int]:
-        store = self.app.store
-        return (await store.count(1), await store.count(2), await store.count(3))
+        chunks = self.app.chunks
+        return (await chunks.count(1), await chunks.count(2), await chunks.count(3))
 
 
 @asynccontextmanager

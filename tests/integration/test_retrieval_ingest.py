@@ -12,8 +12,9 @@ import pytest
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.app import create_app
+from retrieval_service.milvus_schema import LEVELS
 from retrieval_service.settings import RetrievalSettings
-from retrieval_service.store import LEVELS, StoreConfig
+from retrieval_service.store import StoreConfig
 from shared.errors import ConfigurationError
 from tests.fakes.retrieval_doubles import FailingEmbedder
 from tests.integration.retrieval_harness import (
@@ -24,6 +25,7 @@ from tests.integration.retrieval_harness import (
     make_docx,
     make_pdf,
     model,
+    raw_client,
     running_service,
 )
 
@@ -55,10 +57,9 @@ async def test_round_trip_per_file_type(tmp_path, filename, query, expected) -> 
 async def test_ids_links_levels_and_listing(tmp_path) -> None:
     async with running_service(copy_corpus(tmp_path)) as svc:
         listing = await svc.listing()
-        store = svc.app.store
-        entry = await store.get_document("report.pdf")
+        entry = await svc.app.registry.get("report.pdf")
         assert entry is not None and entry.pages == 2
-        rows = {lvl: await store.get_chunks(lvl, entry.ids(lvl)) for lvl in LEVELS}
+        rows = {lvl: await svc.app.chunks.get_chunks(lvl, entry.ids(lvl)) for lvl in LEVELS}
     assert set(listing) == {
         "sleep.md",
         "tea.txt",
@@ -106,7 +107,7 @@ async def test_replace_and_delete_leave_no_orphans(tmp_path) -> None:
         assert "asyncio.md" not in await svc.listing()
         assert await svc.counts() == tuple(b - o for b, o in zip(before, old, strict=True))
         for lvl in LEVELS:
-            leftovers = await svc.app.store.get_chunks(lvl, [f"asyncio.md::p0::l{lvl}::0"])
+            leftovers = await svc.app.chunks.get_chunks(lvl, [f"asyncio.md::p0::l{lvl}::0"])
             assert leftovers == {}
 
 
@@ -232,8 +233,8 @@ async def test_english_long_document_uses_default_sizes(tmp_path) -> None:
     text = (ASYNCIO_EN + "\n\n") * 40  # ~10k characters
     async with running_service(tmp_path / "sizes.db", chunking=None) as svc:
         reply = await svc.ingest(("long.md", text.encode()))
-        entry = await svc.app.store.get_document("long.md")
-        rows = {lvl: await svc.app.store.get_chunks(lvl, entry.ids(lvl)) for lvl in LEVELS}
+        entry = await svc.app.registry.get("long.md")
+        rows = {lvl: await svc.app.chunks.get_chunks(lvl, entry.ids(lvl)) for lvl in LEVELS}
     d = reply.documents[0]
     assert d.l1_chunks < d.l2_chunks < d.l3_chunks
     assert max(len(r["text"]) for r in rows[1].values()) <= 2400
@@ -248,15 +249,15 @@ async def test_index_build_parameters_reach_milvus_lite(tmp_path, caplog) -> Non
     keeps working and says how it differs."""
     db = tmp_path / "params.db"
     async with running_service(db) as svc:
-        client = svc.app.store._client
-        leaf = svc.app.store.level_collection(3)
-        sparse = client.describe_index(leaf, "sparse")["params"]
-        assert {k: float(sparse[k]) for k in ("bm25_k1", "bm25_b")} == {
-            "bm25_k1": 1.2,
-            "bm25_b": 0.75,
-        }
-        dense = client.describe_index(leaf, "dense")["params"]
-        assert (int(dense["M"]), int(dense["efConstruction"])) == (16, 256)
+        with raw_client(db) as client:
+            leaf = svc.app.store.level_collection(3)
+            sparse = client.describe_index(leaf, "sparse")["params"]
+            assert {k: float(sparse[k]) for k in ("bm25_k1", "bm25_b")} == {
+                "bm25_k1": 1.2,
+                "bm25_b": 0.75,
+            }
+            dense = client.describe_index(leaf, "dense")["params"]
+            assert (int(dense["M"]), int(dense["efConstruction"])) == (16, 256)
     other = StoreConfig(uri=str(db), token=None, collection="supermew_chunks", dim=384, bm25_k1=2.0)
     with caplog.at_level("WARNING", logger="retrieval_service.store"):
         app = await create_app(RetrievalSettings(milvus_uri=str(db)), embedder=model(), store=other)
@@ -279,10 +280,29 @@ async def test_ingest_seals_rows_into_indexed_segments_on_lite(tmp_path) -> None
         assert _lite_segments(db, leaf) == []
         await svc.ingest(("asyncio.md", ASYNCIO_EN.encode()))
         assert _lite_segments(db, leaf)
-        raw = svc.app.store.client
-        row = raw.query(leaf, filter="", limit=1, output_fields=["*"])[0]
-        row.pop("sparse", None)  # written by the BM25 function, not by callers
-        raw.upsert(leaf, [{**row, "chunk_id": "unsealed::p0::l3::0"}])
+        with raw_client(db) as raw:
+            row = raw.query(leaf, filter="", limit=1, output_fields=["*"])[0]
+            row.pop("sparse", None)  # written by the BM25 function, not by callers
+            raw.upsert(leaf, [{**row, "chunk_id": "unsealed::p0::l3::0"}])
         before = len(_lite_segments(db, leaf))
     async with running_service(db) as svc:
         assert len(_lite_segments(db, leaf)) == before + 1
+
+
+async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tmp_path) -> None:
+    """A Milvus failure other than an unreachable server (here: the registry collection is
+    gone) is INTERNAL; the caller learns neither the exception, the collection nor the path."""
+    db = tmp_path / "broken.db"
+    async with running_service(db) as svc:
+        await svc.ingest(("tea.txt", "绿茶适合八十度的水。".encode()))
+        with raw_client(db) as raw:
+            raw.drop_collection(svc.app.store.registry_collection)
+        with pytest.raises(grpc.aio.AioRpcError) as listing:
+            await svc.listing()
+        with pytest.raises(grpc.aio.AioRpcError) as ingest:
+            await svc.ingest(("tea.txt", "红茶".encode()))
+    for err in (listing.value, ingest.value):
+        assert err.code() == grpc.StatusCode.INTERNAL
+        details = err.details() or ""
+        assert "supermew_chunks" not in details and str(tmp_path) not in details
+        assert "Exception" not in details and "filename" not in details

@@ -116,7 +116,7 @@ async def test_auto_merge_matches_the_two_passes_over_the_raw_recall(tmp_path) -
     query = "Venus hottest planet Jupiter largest Saturn rings"
     async with running_service(db, auto_merge_enabled=False) as svc:
         raw, raw_meta = await svc.retrieve(query, top_k=100)
-        store = svc.app.store
+        store = svc.app.chunks
         l2 = await store.get_chunks(2, list({d["parent_chunk_id"] for d in raw}))
         l1 = await store.get_chunks(1, list({p["parent_chunk_id"] for p in l2.values()}))
     assert raw_meta["auto_merge_enabled"] is False and raw_meta["auto_merge_steps"] == 0
@@ -351,6 +351,7 @@ async def test_bm25_matches_english_inflections_both_ways(tmp_path) -> None:
             ("other.txt", b"Ferns like a peaty compost that stays moist."),
             ("zh.txt", "多肉类植物等盆土完全干透后才浇水。".encode()),
         )
-        hits = await svc.app.store.bm25_search(3, "How much water do Succulents need?", 10)
+        hits = await svc.app.chunks.bm25_search(3, "How much water do Succulents need?", 10)
         assert hits[0]["filename"] == "plants.txt"
-        assert {h["filename"] for h in await svc.app.store.bm25_search(3, "浇水", 10)} == {"zh.txt"}
+        zh_hits = await svc.app.chunks.bm25_search(3, "浇水", 10)
+        assert {h["filename"] for h in zh_hits} == {"zh.txt"}

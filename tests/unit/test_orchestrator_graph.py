@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from orchestrator_service.graph import build_rag_graph
+from orchestrator_service.nodes import END_NODE
 from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
 from orchestrator_service.orchestrator import Orchestrator
 from orchestrator_service.runtime import RunContext
@@ -87,6 +89,12 @@ def test_graph_wiring_rewrite_branch_can_end() -> None:
     targets = {e.target for e in graph.edges if e.source == "rewrite_question"}
     assert targets == {"retrieve_rewritten", "__end__"}
     assert {e.target for e in graph.edges if e.source == "rag_sub_agent"} == {"synthesis"}
+
+
+def test_routers_end_literal_is_langgraphs_end() -> None:
+    # The routers return END_NODE so their Literal return types check; the graph only ends
+    # the run if that is the very string LangGraph treats as END.
+    assert END_NODE == END
 
 
 async def test_no_knowledge_clears_state_docs_but_keeps_trace_chunks() -> None:

@@ -1,0 +1,159 @@
+"""The chunk store: one Milvus collection per chunk level, because Milvus Lite scans every row
+of whatever it searches. Recall touches only the leaf level; parents come back by primary
+key (`chunk_id`). Rows are dicts with the fields of `milvus_schema.OUTPUT_FIELDS` (plus
+`score` on search hits)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from retrieval_service.milvus_schema import OUTPUT_FIELDS, WRITABLE_FIELDS, bm25_spec, dense_spec
+from retrieval_service.store import MilvusStore, in_filter, quote
+
+Row = dict[str, Any]
+_READ_BATCH = 500
+_WRITE_BATCH = 256
+_RRF_K = 60
+
+
+def hits(result: Any) -> list[Row]:
+    """The entities of a single-query search answer, each with its `score` (the distance)."""
+    out = []
+    for hit in result[0] if result else []:
+        entity = dict(hit.get("entity", {}))
+        entity.setdefault("chunk_id", hit.get("chunk_id", hit.get("id")))
+        entity["score"] = float(hit.get("distance", 0.0))
+        out.append(entity)
+    return out
+
+
+def _delete_count(result: Any, fallback: int) -> int:
+    if isinstance(result, dict):
+        return int(result.get("delete_count", fallback))
+    if isinstance(result, list):
+        return len(result)
+    count = getattr(result, "delete_count", None)
+    return int(count) if count is not None else fallback
+
+
+class ChunkStore:
+    """Search, read, write and delete chunk rows by level. Failures arrive as the store's
+    domain errors (`DependencyUnavailable("milvus", …)` or `StoreError`)."""
+
+    def __init__(self, milvus: MilvusStore) -> None:
+        self._milvus = milvus
+        self._config = milvus.config
+
+    def _collection(self, level: int) -> str:
+        return self._milvus.level_collection(level)
+
+    # ---- recall --------------------------------------------------------------------------
+
+    async def hybrid_search(
+        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+    ) -> list[Row]:
+        """Dense + BM25, each asking 2×candidate_k, fused with RRF(k=60) to candidate_k."""
+        from pymilvus import RRFRanker
+
+        requests = [
+            dense_spec(vector, 2 * candidate_k, level, hnsw_ef=self._config.hnsw_ef).request(),
+            bm25_spec(
+                text, 2 * candidate_k, level, drop_ratio=self._config.bm25_drop_ratio_search
+            ).request(),
+        ]
+        result = await self._milvus.run(
+            lambda client: client.hybrid_search(
+                self._collection(level),
+                reqs=requests,
+                ranker=RRFRanker(_RRF_K),
+                limit=candidate_k,
+                output_fields=OUTPUT_FIELDS,
+            )
+        )
+        return hits(result)
+
+    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Row]:
+        spec = dense_spec(vector, limit, level, hnsw_ef=self._config.hnsw_ef)
+        result = await self._milvus.run(
+            lambda client: client.search(
+                self._collection(level), output_fields=OUTPUT_FIELDS, **spec.search_kwargs()
+            )
+        )
+        return hits(result)
+
+    async def bm25_search(self, level: int, text: str, limit: int) -> list[Row]:
+        spec = bm25_spec(text, limit, level, drop_ratio=self._config.bm25_drop_ratio_search)
+        result = await self._milvus.run(
+            lambda client: client.search(
+                self._collection(level), output_fields=OUTPUT_FIELDS, **spec.search_kwargs()
+            )
+        )
+        found = hits(result)
+        for hit in found:  # Lite returns negated BM25 distances; real Milvus positive ones
+            hit["score"] = abs(hit["score"])
+        return found
+
+    # ---- by id ---------------------------------------------------------------------------
+
+    def _get(self, client: Any, level: int, ids: list[str], fields: list[str]) -> dict[str, Row]:
+        rows: dict[str, Row] = {}
+        for start in range(0, len(ids), _READ_BATCH):
+            batch = ids[start : start + _READ_BATCH]
+            for row in client.query(
+                self._collection(level), filter=in_filter("chunk_id", batch), output_fields=fields
+            ):
+                rows[row["chunk_id"]] = dict(row)
+        return rows
+
+    async def get_chunks(self, level: int, ids: Sequence[str]) -> dict[str, Row]:
+        """Chunks of one level by chunk_id (a primary-key look-up); missing ids are absent."""
+        if not ids:
+            return {}
+        return await self._milvus.run(self._get, level, list(ids), OUTPUT_FIELDS)
+
+    async def full_rows(self, level: int, ids: Sequence[str]) -> list[Row]:
+        """Complete writable rows (with the dense vector), for restoring a previous version."""
+        if not ids:
+            return []
+        rows = await self._milvus.run(self._get, level, list(ids), WRITABLE_FIELDS)
+        return list(rows.values())
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    def _upsert(self, client: Any, level: int, rows: list[Row]) -> None:
+        for start in range(0, len(rows), _WRITE_BATCH):
+            client.upsert(self._collection(level), rows[start : start + _WRITE_BATCH])
+
+    async def upsert_chunks(self, level: int, rows: list[Row]) -> None:
+        await self._milvus.run(self._upsert, level, rows)
+
+    def _delete(self, client: Any, level: int, ids: list[str]) -> int:
+        deleted = 0
+        for start in range(0, len(ids), _READ_BATCH):
+            batch = ids[start : start + _READ_BATCH]
+            result = client.delete(self._collection(level), filter=in_filter("chunk_id", batch))
+            deleted += _delete_count(result, len(batch))
+        return deleted
+
+    async def delete_chunks(self, level: int, ids: Sequence[str]) -> int:
+        return await self._milvus.run(self._delete, level, list(ids))
+
+    async def delete_by_filename(self, level: int, filename: str) -> int:
+        """Deletes every row of `filename` on one level (a scan; used only to sweep orphans)."""
+        result = await self._milvus.run(
+            lambda client: client.delete(
+                self._collection(level), filter=f"filename == {quote(filename)}"
+            )
+        )
+        return _delete_count(result, 0)
+
+    # ---- diagnostics -----------------------------------------------------------------------
+
+    async def count(self, level: int) -> int:
+        rows = await self._milvus.run(
+            lambda client: client.query(
+                self._collection(level), filter="", output_fields=["count(*)"]
+            )
+        )
+        return int(rows[0]["count(*)"]) if rows else 0

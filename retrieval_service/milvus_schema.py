@@ -1,0 +1,220 @@
+"""The shape of the store in Milvus: the chunk and registry schemas, their index parameters,
+the start-up check of an existing collection against them, and the one place search
+parameters are built. Pure functions over pymilvus objects and description dicts; no I/O.
+
+pymilvus is imported lazily: it reads MILVUS_URI at import time (the composition root clears
+that variable first)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.lexical import bm25_text
+
+# The analyser both Milvus Lite (jieba package) and real Milvus 2.5+ accept; it splits Chinese
+# into words and English on whitespace/punctuation.
+ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
+#: What a BM25 index without explicit parameters scores with (Milvus and Milvus Lite alike).
+BM25_DEFAULTS: dict[str, float] = {"bm25_k1": 1.5, "bm25_b": 0.75}
+LEVELS = (1, 2, 3)
+OUTPUT_FIELDS = [
+    "chunk_id",
+    "text",
+    "filename",
+    "file_type",
+    "file_path",
+    "page_number",
+    "parent_chunk_id",
+    "root_chunk_id",
+    "chunk_level",
+    "chunk_idx",
+]
+#: Everything a chunk row holds that a caller writes (the sparse field is the BM25 function's).
+WRITABLE_FIELDS = [*OUTPUT_FIELDS, "bm25_text", "dense"]
+REGISTRY_FIELDS = ["filename", "file_type", "pages", "page_counts"]
+ID_MAX = 2048
+REGISTRY_VECTOR_DIM = 2  # Milvus requires a vector field in every collection
+
+
+def chunk_schema(dim: int) -> Any:
+    from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=ID_MAX)
+    schema.add_field("text", DataType.VARCHAR, max_length=65535)
+    # What BM25 reads: the text with English words stemmed (shared.lexical.bm25_text).
+    schema.add_field(
+        "bm25_text",
+        DataType.VARCHAR,
+        max_length=65535,
+        enable_analyzer=True,
+        analyzer_params=ANALYZER_PARAMS,
+    )
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+    schema.add_field("filename", DataType.VARCHAR, max_length=1024)
+    schema.add_field("file_type", DataType.VARCHAR, max_length=64)
+    schema.add_field("file_path", DataType.VARCHAR, max_length=2048)
+    schema.add_field("page_number", DataType.VARCHAR, max_length=32)
+    schema.add_field("parent_chunk_id", DataType.VARCHAR, max_length=ID_MAX)
+    schema.add_field("root_chunk_id", DataType.VARCHAR, max_length=ID_MAX)
+    schema.add_field("chunk_level", DataType.INT64)
+    schema.add_field("chunk_idx", DataType.INT64)
+    schema.add_function(
+        Function(
+            name="text_bm25",
+            function_type=FunctionType.BM25,
+            input_field_names=["bm25_text"],
+            output_field_names=["sparse"],
+        )
+    )
+    return schema
+
+
+def chunk_index_params(client: Any, bm25: dict[str, float]) -> Any:
+    # Build parameters go nested under "params": pymilvus would otherwise send each one as its
+    # own key, which Milvus Lite 3.2 silently drops (k1 falls back to 1.5, HNSW to its
+    # defaults); real Milvus unpacks the nested form the same way.
+    params = client.prepare_index_params()
+    params.add_index(
+        field_name="dense",
+        index_type="HNSW",
+        metric_type="IP",
+        params={"params": {"M": 16, "efConstruction": 256}},
+    )
+    params.add_index(
+        field_name="sparse",
+        index_type="SPARSE_INVERTED_INDEX",
+        metric_type="BM25",
+        params={"params": bm25},
+    )
+    return params
+
+
+def registry_schema() -> Any:
+    from pymilvus import DataType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("filename", DataType.VARCHAR, is_primary=True, max_length=1024)
+    schema.add_field("file_type", DataType.VARCHAR, max_length=64)
+    schema.add_field("pages", DataType.INT64)
+    schema.add_field("page_counts", DataType.VARCHAR, max_length=65535)
+    schema.add_field("marker", DataType.FLOAT_VECTOR, dim=REGISTRY_VECTOR_DIM)
+    return schema
+
+
+def registry_index_params(client: Any) -> Any:
+    params = client.prepare_index_params()
+    params.add_index(field_name="marker", index_type="FLAT", metric_type="L2")
+    return params
+
+
+def built_bm25_params(index_description: dict[str, Any] | None) -> dict[str, float]:
+    """The BM25 parameters an existing sparse index scores with (Milvus flattens them into the
+    description, Lite nests them under "params"; absent = the engine's defaults)."""
+    index = index_description or {}
+    built = {**index, **(index.get("params") or {})}
+    return {key: float(built.get(key, default)) for key, default in BM25_DEFAULTS.items()}
+
+
+def _described_fields(description: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for f in description.get("fields", []):
+        out[f["name"]] = (str(getattr(f["type"], "name", f["type"])), f.get("params", {}))
+    return out
+
+
+def schema_problems(description: dict[str, Any], expected_schema: Any) -> list[str]:
+    """What keeps an existing collection (`describe_collection`'s answer) from serving as
+    `expected_schema`: missing, extra or retyped fields, another vector dimension or
+    analyser, no BM25 function. Empty when it fits."""
+    actual = _described_fields(description)
+    expected = {f.name: (f.dtype.name, dict(f.params or {})) for f in expected_schema.fields}
+    problems: list[str] = []
+    for fname, (ftype, params) in expected.items():
+        if fname not in actual:
+            problems.append(f"field {fname!r} is missing")
+            continue
+        if actual[fname][0] != ftype:
+            problems.append(f"field {fname!r} is {actual[fname][0]}, expected {ftype}")
+        if "dim" in params and int(actual[fname][1].get("dim", -1)) != int(params["dim"]):
+            problems.append(
+                f"field {fname!r} has dimension {actual[fname][1].get('dim')}, the "
+                f"configured embedder produces {params['dim']}"
+            )
+        if params.get("enable_analyzer"):
+            raw = actual[fname][1].get("analyzer_params") or "{}"
+            got = json.loads(raw) if isinstance(raw, str) else raw
+            if str(actual[fname][1].get("enable_analyzer")).lower() != "true":
+                problems.append(f"field {fname!r} has no analyzer (BM25 needs one)")
+            elif got != ANALYZER_PARAMS:
+                problems.append(f"field {fname!r} analyzer is {got}, expected {ANALYZER_PARAMS}")
+    extra = sorted(set(actual) - set(expected))
+    if extra:
+        problems.append(f"unexpected fields {extra}")
+    if expected_schema.functions:
+        functions = description.get("functions", [])
+        if not any(str(getattr(fn["type"], "name", fn["type"])) == "BM25" for fn in functions):
+            problems.append("no BM25 function writes the sparse field")
+    return problems
+
+
+def level_filter(level: int) -> str:
+    return f"chunk_level == {level}"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpec:
+    """One side of a search, built once (`dense_spec`, `bm25_spec`) and spoken in both of pymilvus's
+    forms: an `AnnSearchRequest` inside a hybrid search, or the arguments of a plain one."""
+
+    data: list[Any]
+    anns_field: str
+    param: dict[str, Any]
+    limit: int
+    expr: str
+
+    def request(self) -> Any:
+        from pymilvus import AnnSearchRequest
+
+        return AnnSearchRequest(
+            data=self.data,
+            anns_field=self.anns_field,
+            param=self.param,
+            limit=self.limit,
+            expr=self.expr,
+        )
+
+    def search_kwargs(self) -> dict[str, Any]:
+        return {
+            "data": self.data,
+            "anns_field": self.anns_field,
+            "search_params": self.param,
+            "limit": self.limit,
+            "filter": self.expr,
+        }
+
+
+def dense_spec(vector: Sequence[float], limit: int, level: int, *, hnsw_ef: int) -> SearchSpec:
+    """IP over a unit vector; ef is at least `limit` (HNSW returns at most ef hits)."""
+    return SearchSpec(
+        data=[list(map(float, vector))],
+        anns_field="dense",
+        param={"metric_type": "IP", "params": {"ef": max(hnsw_ef, limit)}},
+        limit=limit,
+        expr=level_filter(level),
+    )
+
+
+def bm25_spec(text: str, limit: int, level: int, *, drop_ratio: float) -> SearchSpec:
+    """BM25 over the query's `bm25_text`: the same stemming the stored text went through."""
+    return SearchSpec(
+        data=[bm25_text(text)],
+        anns_field="sparse",
+        param={"metric_type": "BM25", "params": {"drop_ratio_search": drop_ratio}},
+        limit=limit,
+        expr=level_filter(level),
+    )
