@@ -4,7 +4,6 @@ rewrite-budget branch, and the clearing rules on S versus T."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
@@ -34,13 +33,11 @@ def _decide(task: str, question: str):
 async def test_sub_agents_run_concurrently() -> None:
     model = InMemoryModel(_decide, latency=0.2)
     core = Orchestrator(model, InMemoryRetriever(lambda q: [DOC]))
-    started = time.perf_counter()
     outcome = await core.run(Q_CMP)
-    wall = time.perf_counter() - started
     assert outcome.retrieval_status == "answerable"
     assert sorted(model.calls[1:]) == [("evidence_grade", q) for q in SUBS]
-    # classification + four gradings side by side ≈ 0.4 s; sequential would be 1.0 s.
-    assert wall < 0.6, wall
+    # The four gradings were awaiting their replies at the same time (sequential would be 1).
+    assert model.max_in_flight == len(SUBS)
 
 
 async def test_sub_results_keep_send_order_whatever_finishes_first() -> None:
