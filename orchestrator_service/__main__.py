@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from supermew.v1 import orchestrator_pb2  # noqa: F401  (descriptors for reflection)
 
@@ -12,11 +13,11 @@ from shared.serve import serve
 from shared.startup import run_service
 
 
-async def _serve(settings: OrchestratorSettings) -> None:
+async def _serve(settings: OrchestratorSettings, on_started: Callable[[], None]) -> None:
     from orchestrator_service.app import build_app
 
     app = build_app(settings)
-    await serve(app.server, on_stop=app.aclose)
+    await serve(app.server, on_stop=app.aclose, on_started=on_started)
 
 
 def main(argv: list[str] | None = None) -> int:

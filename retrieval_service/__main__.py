@@ -4,34 +4,34 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
-from shared.errors import ConfigurationError, DependencyUnavailable
+from shared.errors import ConfigurationError
 from shared.serve import GrpcServer, serve
 from shared.startup import run_service
 
 
-async def _serve(settings: RetrievalSettings) -> None:
+async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) -> None:
     # Imported here: app imports the store, and pymilvus must not load before MILVUS_URI is
     # cleared (clear_milvus_env runs first in create_app).
     from retrieval_service.app import clear_milvus_env
 
     clear_milvus_env()
-    from pymilvus.exceptions import MilvusException
-
     from retrieval_service.app import create_app, seed_samples
+    from retrieval_service.store import STORE_FAILURES, is_embedded_uri
 
     try:
         app = await create_app(settings)
-    except (MilvusException, DependencyUnavailable) as exc:
+    except STORE_FAILURES as exc:
         # Milvus Lite reports a data directory another process holds as a failed open; a
         # server URI as a failed connection. Either way the operator fixes MILVUS_URI.
         what = (
             "cannot open the Milvus Lite data directory (is another process using it?)"
-            if settings.milvus_uri.endswith(".db")
-            else "cannot connect to the Milvus server"
+            if is_embedded_uri(settings.milvus_uri)
+            else "cannot connect to the Milvus server (or MILVUS_TOKEN is refused)"
         )
         raise ConfigurationError(f"MILVUS_URI: {what}") from exc
     await seed_samples(app, settings.samples_dir)
@@ -45,11 +45,7 @@ async def _serve(settings: RetrievalSettings) -> None:
         ),
     )
     assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
-    try:
-        await serve(server, on_stop=app.aclose)
-    except ConfigurationError:
-        await app.aclose()
-        raise
+    await serve(server, on_stop=app.aclose, on_started=on_started)
 
 
 def main(argv: list[str] | None = None) -> int:

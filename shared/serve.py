@@ -337,15 +337,21 @@ class GrpcServer:
 
 
 async def serve(
-    server: GrpcServer, *, on_stop: Callable[[], Awaitable[None]] | None = None
+    server: GrpcServer,
+    *,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> None:
-    """Run `server` until SIGTERM or SIGINT, then drain it and run `on_stop` (closing clients)."""
+    """Start `server` (`on_started` runs once it listens) and run it until SIGTERM or SIGINT,
+    then drain it; `on_stop` (closing clients) runs in every case, a failed start included."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_requested.set)
-    await server.start()
     try:
+        await server.start()
+        if on_started is not None:
+            on_started()
         await stop_requested.wait()
         log.info("shutdown requested")
         await server.stop()

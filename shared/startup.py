@@ -35,6 +35,21 @@ def describe_invalid_settings(exc: ValidationError) -> str:
     return "invalid setting " + "; ".join(problems)
 
 
+class StartupTracebacks(logging.Filter):
+    """Until the server listens, drops the traceback of any record logged with one (e.g. a
+    store adapter logging the failed open it then raises): the failure is reported once, as
+    the start-up line. At DEBUG every traceback stays."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.active and logging.getLogger().level > logging.DEBUG:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def _fail(service: str, message: str) -> int:
     # One line even when a message (e.g. a validator's) spans several.
     sys.stderr.write(f"{service}: cannot start: {' '.join(message.split())}\n")
@@ -45,16 +60,24 @@ def _fail(service: str, message: str) -> int:
 def run_service(
     service: str,
     load_settings: Callable[[], S],
-    serve: Callable[[S], Coroutine[Any, Any, None]],
+    serve: Callable[[S, Callable[[], None]], Coroutine[Any, Any, None]],
 ) -> int:
-    """Read the settings, configure logging and run `serve` until it returns; the exit status."""
+    """Read the settings, configure logging and run `serve(settings, on_started)` until it
+    returns; the exit status. `serve` calls `on_started` once its server listens."""
     try:
         settings = load_settings()
     except ValidationError as exc:
         return _fail(service, describe_invalid_settings(exc))
     configure_logging(settings.log_level, settings.log_format)
+    quiet = StartupTracebacks()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(quiet)
+
+    def started() -> None:
+        quiet.active = False
+
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, started))
     except ConfigurationError as exc:
         log.debug("start-up failed", exc_info=True)
         return _fail(service, exc.message)

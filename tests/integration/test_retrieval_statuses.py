@@ -58,7 +58,7 @@ async def test_delete_rejects_a_filename_ingest_would_reject(tmp_path, filename)
 
 async def test_a_store_failure_is_not_an_argument_error_and_shows_no_internals(tmp_path) -> None:
     async with running_service(copy_corpus(tmp_path)) as svc:
-        svc.app.store.client.close()  # the store's connection is gone
+        await svc.app.store.aclose()  # the store's connection is gone
         calls = {
             "list": svc.stub.ListDocuments(retrieval_pb2.ListDocumentsRequest()),
             "delete": svc.stub.DeleteDocuments(
