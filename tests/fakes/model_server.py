@@ -43,8 +43,12 @@ Reply = Mapping[str, Any] | str | Sse
 
 @dataclass(frozen=True)
 class HttpError:
+    """An HTTP error reply: `{"error": {"message": body}}` (OpenAI's shape), with a
+    `Retry-After` header when `retry_after` is set."""
+
     status: int
     body: str = "scripted failure"
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,12 +132,12 @@ class FakeModelServer:
                     if not await self._stream(request, headers, writer):
                         return
                     continue
-                status, payload = await self._respond(request, headers)
+                status, payload, extra = await self._respond(request, headers)
                 data = payload.encode()
                 reason = "OK" if status == 200 else "Error"
                 head_out = (
                     f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(data)}\r\n\r\n"
+                    f"{extra}Content-Length: {len(data)}\r\n\r\n"
                 )
                 writer.write(head_out.encode() + data)
                 await writer.drain()
@@ -142,7 +146,10 @@ class FakeModelServer:
         finally:
             writer.close()
 
-    async def _respond(self, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, str]:
+    async def _respond(
+        self, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> tuple[int, str, str]:
+        """(status, JSON body, extra header lines)."""
         task = body.get("response_format", {}).get("json_schema", {}).get("name", "")
         question = question_of(body.get("messages") or [])
         self.requests.append(
@@ -154,9 +161,10 @@ class FakeModelServer:
         if self.delay:
             await asyncio.sleep(self.delay)
         if isinstance(reply, HttpError):
-            return reply.status, json.dumps({"error": reply.body})
+            extra = "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
+            return reply.status, json.dumps({"error": {"message": reply.body}}), extra
         content = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
-        return 200, json.dumps(
+        reply_body = json.dumps(
             {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
@@ -171,6 +179,7 @@ class FakeModelServer:
             },
             ensure_ascii=False,
         )
+        return 200, reply_body, ""
 
     async def _stream(
         self, body: dict[str, Any], headers: Mapping[str, str], writer: asyncio.StreamWriter
@@ -186,10 +195,11 @@ class FakeModelServer:
         if self.delay:
             await asyncio.sleep(self.delay)
         if isinstance(reply, HttpError):
-            data = json.dumps({"error": reply.body}).encode()
+            data = json.dumps({"error": {"message": reply.body}}).encode()
+            extra = "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
             writer.write(
                 f"HTTP/1.1 {reply.status} Error\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(data)}\r\n\r\n".encode()
+                f"{extra}Content-Length: {len(data)}\r\n\r\n".encode()
                 + data
             )
             await writer.drain()
