@@ -142,11 +142,35 @@ async def test_a_stream_that_stops_early_is_unavailable_and_never_a_result(reply
         await s.aclose()
 
 
-async def test_an_endpoint_error_on_the_answer_maps_like_the_other_tasks() -> None:
-    s = await start_stack(_script(HttpError(503)), RetrievalScript().add(Q, DOCS))
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (503, grpc.StatusCode.UNAVAILABLE),
+        (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (401, grpc.StatusCode.FAILED_PRECONDITION),
+    ],
+)
+async def test_endpoint_statuses_on_the_answer_map_like_the_other_tasks(
+    status: int, code: grpc.StatusCode
+) -> None:
+    failure = HttpError(status, f"refused, key {API_KEY}", retry_after=0)
+    s = await start_stack(_script(failure), RetrievalScript().add(Q, DOCS))
     try:
-        code, details = await _code_of(s.stub.Run(_run()))
-        assert code == grpc.StatusCode.UNAVAILABLE and "answer_generation" in details
+        got, details = await _code_of(s.stub.Run(_run()))
+        assert got == code and "answer_generation" in details
+        assert API_KEY not in details
+    finally:
+        await s.aclose()
+
+
+async def test_a_refused_answer_request_is_retried_before_any_piece() -> None:
+    s = await start_stack(
+        _script(HttpError(503, retry_after=0), sse(RAW)), RetrievalScript().add(Q, DOCS)
+    )
+    try:
+        result = await s.stub.Run(_run())
+        assert result.answer.text == CLEAN
+        assert s.model.tasks().count("answer_generation") == 2
     finally:
         await s.aclose()
 
