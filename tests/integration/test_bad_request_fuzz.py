@@ -97,6 +97,9 @@ ODD_BUT_WELL_FORMED_FILENAMES = st.builds(lambda a, f: f"{a}{f}.txt", WORDS, FIL
 )
 BLANK = st.text(alphabet=" \t\n\r\u3000", max_size=8)
 OVER_LONG = st.integers(MAX_CHARS + 1, MAX_CHARS + 3000).map(lambda n: "问" * n)
+# Control characters no question contains: NUL, ESC, other C0 (not tab/LF/CR), DEL, C1.
+FORBIDDEN_CONTROL = st.sampled_from(["\x00", "\x01", "\x08", "\x0b", "\x1b", "\x7f", "\x85"])
+WITH_CONTROL = st.builds(lambda a, c, b: f"{a}{c}{b}", WORDS, FORBIDDEN_CONTROL, WORDS)
 ODD_TEXT = st.builds(lambda a, x, b: f"{a}{x}{b}", WORDS, st.one_of(CONTROL, FILTER_SYNTAX), WORDS)
 
 
@@ -145,7 +148,7 @@ async def test_retrieval_rpcs_reject_bad_requests_and_change_nothing(tmp_path) -
             "documents[0].content",
         )
 
-        for query in examples(st.one_of(BLANK, OVER_LONG)):
+        for query in examples(st.one_of(BLANK, OVER_LONG, WITH_CONTROL)):
             await _expect_invalid(
                 stub.Retrieve(retrieval_pb2.RetrieveRequest(query=query)), "query"
             )
@@ -188,7 +191,7 @@ async def _stream(stack: Stack, call: Callable[..., Any], request: Any) -> Any:
 async def test_run_rpcs_reject_bad_questions() -> None:
     stack = await _stack()
     try:
-        for question in examples(st.one_of(BLANK, OVER_LONG)):
+        for question in examples(st.one_of(BLANK, OVER_LONG, WITH_CONTROL)):
             request = orchestrator_pb2.RunRequest(question=question)
             await _expect_invalid(stack.stub.Run(request), "question")
             await _expect_invalid(await _stream(stack, stack.stub.StreamRun, request), "question")
