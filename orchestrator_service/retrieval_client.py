@@ -106,14 +106,24 @@ class RetrievalClient:
 
     @classmethod
     def connect(
-        cls, address: str, *, default_timeout: float = 30.0, auth_token: str | None = None
+        cls,
+        address: str,
+        *,
+        default_timeout: float = 30.0,
+        auth_token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> RetrievalClient:
         """A channel to RETRIEVAL_ADDR. Calls are balanced round-robin over every address the
         target resolves to (`dns:///retrieval:50051` behind a headless Service,
         `ipv4:10.0.0.1:50051,10.0.0.2:50051`); gRPC's default, pick_first, would pin every
-        call to one replica. A single address behaves as before."""
+        call to one replica. A single address behaves as before. `credentials` = TLS (mTLS
+        when they hold a client certificate); None = plaintext."""
         options = [("grpc.lb_policy_name", "round_robin")]
-        channel = grpc.aio.insecure_channel(address, options=options)
+        channel = (
+            grpc.aio.secure_channel(address, credentials, options=options)
+            if credentials is not None
+            else grpc.aio.insecure_channel(address, options=options)
+        )
         return cls(channel, default_timeout=default_timeout, auth_token=auth_token)
 
     async def retrieve(
