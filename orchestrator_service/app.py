@@ -35,6 +35,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         settings.retrieval_addr,
         default_timeout=settings.retrieval_timeout_seconds,
         auth_token=settings.auth_token,
+        max_query_chars=settings.max_question_chars,
         credentials=channel_credentials(
             settings.retrieval_tls_ca_file,
             settings.retrieval_tls_cert_file,
@@ -47,6 +48,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
     server = GrpcServer(
         settings,
         port=settings.orchestrator_port,
+        port_setting="ORCHESTRATOR_PORT",
         service_names=[SERVICE_NAME],
         add_servicers=add_servicer(core),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -30,6 +30,12 @@ class ServerSettings(BaseSettings):
     max_question_chars: int = Field(
         4000, gt=0, description="Longer questions, queries and user answers are INVALID_ARGUMENT."
     )
+    max_concurrent_rpcs: int = Field(
+        256,
+        gt=0,
+        description="Calls served at once; beyond it RESOURCE_EXHAUSTED (health is exempt).",
+    )
+
     tls_cert_file: str | None = Field(
         None, description="PEM certificate chain; with TLS_KEY_FILE the server speaks TLS only."
     )
@@ -48,6 +54,15 @@ class ServerSettings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="HTTP port of the Prometheus `/metrics`; unset = off."
     )
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        # Checked here so a typo fails at start-up naming LOG_LEVEL, not deep in logging.
+        names = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+        if value.upper() not in names:
+            raise ValueError(f"must be one of {', '.join(names)}")
+        return value.upper()
 
     @model_validator(mode="after")
     def _tls_files_come_together(self) -> ServerSettings:
