@@ -10,7 +10,9 @@ StreamIngestDocuments call, so a bad file fails alone and by name while the othe
 bar per document counts its leaves as they embed (rate, ETA) under a bar over all the bytes,
 and a summary of ingested, replaced and failed files ends the run, which exits 1 when any
 failed. Target: `--addr`, else RETRIEVAL_ADDR, else localhost:RETRIEVAL_PORT; `--json` prints
-the outcome as one JSON object (progress stays on stderr)."""
+the outcome as one JSON object (progress stays on stderr). TLS as the orchestrator reaches
+retrieval (RETRIEVAL_TLS_CA_FILE, and RETRIEVAL_TLS_CERT_FILE / RETRIEVAL_TLS_KEY_FILE for
+mTLS), or the flags `--tls-ca`, `--tls-cert`, `--tls-key` (`--tls`: the system's roots)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 from tqdm import tqdm
 
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from shared.errors import ConfigurationError
 from shared.files import collect_files
+from shared.tls import add_tls_arguments, credentials_from_arguments
 
 # A document's deadline: long, because the built-in CPU model embeds a few leaves a second
 # and one large document holds thousands.
@@ -44,6 +48,9 @@ class CliSettings(BaseSettings):
     retrieval_addr: str | None = None
     retrieval_port: int = 50051
     auth_token: str | None = None
+    retrieval_tls_ca_file: str | None = None
+    retrieval_tls_cert_file: str | None = None
+    retrieval_tls_key_file: str | None = None
 
     @property
     def target(self) -> str:
@@ -287,10 +294,16 @@ def delete(
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(settings: CliSettings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval_service")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
+    add_tls_arguments(common)
+    common.set_defaults(
+        tls_ca=settings.retrieval_tls_ca_file,
+        tls_cert=settings.retrieval_tls_cert_file,
+        tls_key=settings.retrieval_tls_key_file,
+    )
     common.add_argument("--json", action="store_true", help="print the outcome as JSON")
     common.add_argument(
         "--addr", help="retrieval address (default RETRIEVAL_ADDR, else localhost:RETRIEVAL_PORT)"
@@ -315,10 +328,21 @@ COMMANDS = {"ingest": ingest, "list": list_documents, "delete": delete}
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
     settings = CliSettings()
+    args = _parser(settings).parse_args(argv)
+    target = args.addr or settings.target
     try:
-        with grpc.insecure_channel(args.addr or settings.target) as channel:
+        credentials = credentials_from_arguments(args)
+    except (ValueError, ConfigurationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    channel = (
+        grpc.secure_channel(target, credentials)
+        if credentials is not None
+        else grpc.insecure_channel(target)
+    )
+    try:
+        with channel:
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             return COMMANDS[args.command](stub, args, settings.metadata)
     except grpc.RpcError as exc:
