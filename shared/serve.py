@@ -26,6 +26,8 @@ from shared.errors import (
     ModelOutputInvalid,
     ResourceExhausted,
 )
+from shared.metrics import registry_for
+from shared.observability import ServerObservability
 from shared.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -194,6 +196,7 @@ class GrpcServer:
         self._add_servicers = add_servicers
         self._server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
+        self.observability = ServerObservability(settings, registry_for(*self._service_names))
         self.port = 0
 
     @property
@@ -202,7 +205,7 @@ class GrpcServer:
 
     def _build(self) -> grpc.aio.Server:
         # grpc.aio binds a server to the running event loop, so it is built in start().
-        interceptors: list[grpc.aio.ServerInterceptor] = []
+        interceptors: list[grpc.aio.ServerInterceptor] = self.observability.interceptors()
         if self._settings.auth_token:
             interceptors.append(BearerTokenInterceptor(self._settings.auth_token))
         interceptors.append(ErrorMappingInterceptor())
@@ -229,6 +232,7 @@ class GrpcServer:
         if self.port == 0:
             raise OSError(f"cannot bind {self._settings.bind_host}:{self._requested_port}")
         await server.start()
+        self.observability.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s on %s", ", ".join(self._service_names), self.address)
         return self.port
@@ -241,6 +245,7 @@ class GrpcServer:
         log.info("draining %s (grace %.1fs)", self.address, grace)
         if self._server is not None:
             await self._server.stop(grace)
+        self.observability.stop()
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:
