@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator_service import steps
+from orchestrator_service import metrics, steps
 from orchestrator_service.graph import RagGraph, build_rag_graph, build_resume_graph
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
@@ -90,6 +90,7 @@ class Orchestrator:
         self._check_text("user_answer", user_answer)
         state = state_from_resume(snapshot, user_answer)
         self._check_text("question", state["question"])
+        metrics.record_resume()
         ctx = self._context(steps_sink, timeout)
         ctx.emit(state, steps.RESUME, user_answer)
         final = await self._resume_graph.ainvoke(state, context=ctx)
@@ -99,6 +100,7 @@ class Orchestrator:
 def _outcome(state: Mapping[str, Any]) -> RunOutcome:
     # str(): the state holds vocabulary StrEnums; the outcome carries their plain values.
     route, status = str(state.get("route") or ""), str(state.get("retrieval_status") or "")
+    metrics.record_run(route, status)
     return RunOutcome(
         question=state["question"],
         route=route,

@@ -24,6 +24,7 @@ from retrieval_service.loaders import (
     load_pages,
     resolve_file_type,
 )
+from retrieval_service.metrics import record_ingested
 from retrieval_service.milvus_schema import LEVELS
 from retrieval_service.pipeline import EMBEDDER_FAILURES
 from retrieval_service.registry import DocumentEntry, DocumentRegistry
@@ -199,6 +200,7 @@ class Ingestor:
             log.error("writing %s failed, restoring the previous version", p.filename)
             await self._restore(p.filename, new_ids, old, backup)
             raise
+        record_ingested(len(rows[1]), len(rows[2]), len(rows[3]))
         return IngestedDocument(
             filename=p.filename,
             file_type=p.file_type,
