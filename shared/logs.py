@@ -121,9 +121,10 @@ class JsonLineFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
                 entry[key] = value
-        for key in _CONTEXT_ATTRS:
-            if not entry.get(key):
-                entry.pop(key, None)
+        if record.name != ACCESS_LOGGER:  # the access line keeps its (empty) slots
+            for key in _CONTEXT_ATTRS:
+                if not entry.get(key):
+                    entry.pop(key, None)
         entry.pop("request_tag", None)
         if record.exc_info:
             entry["exc_info"] = self.formatException(record.exc_info)
