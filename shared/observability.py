@@ -29,11 +29,11 @@ def _split(method: str) -> tuple[str, str]:
     return service, name
 
 
-def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
+def _final_code(
+    context: grpc.aio.ServicerContext, error: BaseException | None, expired: bool
+) -> str:
     """The status the call ended with, as grpc-go spells it (`OK`, `INVALID_ARGUMENT`, …)."""
     if isinstance(error, asyncio.CancelledError | GeneratorExit):
-        left = context.time_remaining()
-        expired = left is not None and left <= 0
         return "DEADLINE_EXCEEDED" if expired else "CANCELLED"
     code = context.code()
     if isinstance(code, grpc.StatusCode):
@@ -46,7 +46,7 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
 class _Call:
     """One RPC in flight: started on construction, finished exactly once."""
 
-    __slots__ = ("labels", "level", "method", "metrics", "start")
+    __slots__ = ("deadline", "labels", "level", "method", "metrics", "peer", "start")
 
     def __init__(
         self,
@@ -67,15 +67,21 @@ class _Call:
         context.set_trailing_metadata(((REQUEST_ID_HEADER, request_id),))
         if metrics is not None:
             metrics.started.labels(*self.labels).inc()
+        # Read while the call is live: grpc segfaults when peer() is asked of a call it has
+        # already torn down (a cancelled stream whose generator is closed later).
+        self.peer = context.peer() or ""
         self.start = time.perf_counter()
+        left = context.time_remaining()
+        self.deadline = None if left is None else self.start + left
 
     def finish(self, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
-        elapsed = time.perf_counter() - self.start
-        code = _final_code(context, error)
+        now = time.perf_counter()
+        elapsed = now - self.start
+        code = _final_code(context, error, self.deadline is not None and now >= self.deadline)
         if self.metrics is not None:
             self.metrics.handled.labels(*self.labels, code).inc()
             self.metrics.handling_seconds.labels(*self.labels).observe(elapsed)
-        log_access(self.method, context.peer() or "", code, elapsed, level=self.level)
+        log_access(self.method, self.peer, code, elapsed, level=self.level)
 
 
 class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
