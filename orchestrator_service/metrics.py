@@ -6,14 +6,16 @@ vocabularies of shared.trace_fields and the node and task names, never from requ
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import Counter, Histogram
 
 from orchestrator_service.models.base import (
+    TASK_ANSWER,
     TASK_COMPLEXITY,
     TASK_GRADE,
     TASK_REWRITE,
@@ -33,7 +35,9 @@ ROUTES = frozenset(r.value for r in Route)
 RETRIEVAL_STATUSES = frozenset(s.value for s in RetrievalStatus)
 REWRITE_METHODS = frozenset(m.value for m in RewriteMethod)
 #: `outcome` of a model call: the reply was schema-valid, or why not.
-MODEL_OUTCOMES = ("ok", "invalid_output", "unavailable", "deadline_exceeded", "error")
+MODEL_OUTCOMES = (
+    "ok", "invalid_output", "unavailable", "deadline_exceeded", "cancelled", "error",
+)  # fmt: skip
 
 RUNS = Counter(
     "supermew_runs_total",
@@ -119,6 +123,8 @@ def timed_node(name: str, node: Callable[P, Awaitable[R]]) -> Callable[P, Awaita
 def _outcome(error: BaseException | None) -> str:
     if error is None:
         return "ok"
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        return "cancelled"  # the caller went away (or stopped reading an answer stream)
     if isinstance(error, ModelOutputInvalid):
         return "invalid_output"
     if isinstance(error, DeadlineExceeded):
@@ -135,6 +141,7 @@ class InstrumentedModelClient:
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner
         self.name = inner.name
+        self.answer_model = inner.answer_model
 
     async def _observe(self, task: str, call: Awaitable[R]) -> R:
         start = time.perf_counter()
@@ -168,6 +175,29 @@ class InstrumentedModelClient:
         return await self._observe(
             TASK_REWRITE, self.inner.rewrite_query(question, docs, timeout=timeout)
         )
+
+    async def stream_answer(
+        self,
+        question: str,
+        docs: Sequence[Mapping[str, Any]],
+        *,
+        missing_slots: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """The answer stream, observed from the request until its last piece."""
+        start = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            async for piece in self.inner.stream_answer(
+                question, docs, missing_slots=missing_slots, timeout=timeout
+            ):
+                yield piece
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            MODEL_CALL_DURATION.labels(TASK_ANSWER).observe(time.perf_counter() - start)
+            MODEL_CALLS.labels(TASK_ANSWER, _outcome(error)).inc()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

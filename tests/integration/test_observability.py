@@ -80,7 +80,7 @@ BOUNDED: dict[str, set[str]] = {
     "route": set(orchestrator_metrics.ROUTES) | {"other"},
     "retrieval_status": set(orchestrator_metrics.RETRIEVAL_STATUSES) | {"other"},
     "node": GRAPH_NODES,
-    "task": {"complexity_classification", "evidence_grade", "query_rewrite"},
+    "task": {"complexity_classification", "evidence_grade", "query_rewrite", "answer_generation"},
     "outcome": set(orchestrator_metrics.MODEL_OUTCOMES) | set(retrieval_metrics.RERANK_OUTCOMES),
     "method": set(orchestrator_metrics.REWRITE_METHODS) | {"other"},
     "retrieval_mode": set(retrieval_metrics.RETRIEVAL_MODES) | {"other"},
@@ -207,7 +207,12 @@ async def test_both_services_expose_every_family_with_matching_counts(tmp_path: 
     assert o("supermew_node_duration_seconds_count", node="retrieve_resume_query") == 1
     assert o("supermew_node_duration_seconds_count", node="synthesis") == 1
     calls = Counter(req.task for req in stack.model.requests)
-    for task in ("complexity_classification", "evidence_grade", "query_rewrite"):
+    for task in (
+        "complexity_classification",
+        "evidence_grade",
+        "query_rewrite",
+        "answer_generation",
+    ):
         ok = o("supermew_model_calls_total", task=task, outcome="ok")
         failed_calls = 1 if task == "complexity_classification" else 0
         assert ok == calls[task] - failed_calls, task
