@@ -4,13 +4,41 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.logs import configure_logging
 from shared.serve import GrpcServer, serve
+
+if TYPE_CHECKING:
+    from retrieval_service.ingest import Checkpoint
+
+
+#: TEST HOOK, not a setting: `SUPERMEW_CRASH_AT=<point>` (one of `ingest.CRASH_POINTS`) makes
+#: the process die like `kill -9` (exit status 137, nothing flushed or closed) when a write
+#: reaches that point. The kill-anywhere test uses it to stop a real process at each step.
+CRASH_AT_ENV = "SUPERMEW_CRASH_AT"
+
+
+def crash_hook(point: str | None) -> Checkpoint:
+    """The checkpoint the composition root passes to the ingestor: a no-op, or an immediate
+    process exit at `point`."""
+    from retrieval_service.ingest import CRASH_POINTS, no_checkpoint
+
+    if not point:
+        return no_checkpoint
+    if point not in CRASH_POINTS:
+        raise SystemExit(f"{CRASH_AT_ENV}={point!r} is not one of {', '.join(CRASH_POINTS)}")
+
+    async def crash(name: str) -> None:
+        if name == point:
+            os._exit(137)
+
+    return crash
 
 
 async def _serve(settings: RetrievalSettings) -> None:
@@ -19,9 +47,10 @@ async def _serve(settings: RetrievalSettings) -> None:
     from retrieval_service.app import clear_milvus_env
 
     clear_milvus_env()
-    from retrieval_service.app import create_app, seed_samples
+    from retrieval_service.app import create_app, reconcile_periodically, seed_samples
 
-    app = await create_app(settings)
+    app = await create_app(settings, checkpoint=crash_hook(os.environ.get(CRASH_AT_ENV)))
+    reconciler = asyncio.create_task(reconcile_periodically(app))
     await seed_samples(app, settings.samples_dir)
     server = GrpcServer(
         settings,
@@ -32,7 +61,12 @@ async def _serve(settings: RetrievalSettings) -> None:
         ),
     )
     assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
-    await serve(server, on_stop=app.aclose)
+
+    async def stop() -> None:
+        reconciler.cancel()
+        await app.aclose()
+
+    await serve(server, on_stop=stop)
 
 
 def main(argv: list[str] | None = None) -> int:
