@@ -363,11 +363,13 @@ class Ingestor:
             stale = []
             for key in keys:
                 live = current.get(key.filename)
-                if live is None or key.version < live.version:
-                    # A pending version older than the current one can never become current.
-                    if key.state != PENDING or live is not None or expired(key):
+                superseded = live is not None and key.version < live.version
+                if key.state == PENDING:
+                    # One older than the current version can never become current; a newer
+                    # one is dead only once older than the grace.
+                    if superseded or expired(key):
                         stale.append(key)
-                elif key.state == TOMBSTONE and expired(key):
+                elif superseded or (key.state == TOMBSTONE and expired(key)):
                     stale.append(key)
             if not stale:
                 return 0
