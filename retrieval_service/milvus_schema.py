@@ -27,6 +27,8 @@ LAYOUT_SUFFIX = "_v2"
 #: Registry record states: an ingest in flight, its commit, and a delete's commit.
 PENDING, COMMITTED, TOMBSTONE = 0, 1, 2
 VERSION_MAX = 64
+# A filename is at most 255 characters of at most 4 UTF-8 bytes, 2 hex digits each.
+REGISTRY_PK_MAX = 2 * 4 * 255 + 1 + VERSION_MAX
 OUTPUT_FIELDS = [
     "chunk_id",
     "version",
@@ -111,8 +113,8 @@ def registry_schema() -> Any:
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    # One record per document version: pk = f"{filename}#{version}".
-    schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=1024 + VERSION_MAX)
+    # One record per document version (see `registry_pk`).
+    schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=REGISTRY_PK_MAX)
     schema.add_field("filename", DataType.VARCHAR, max_length=1024)
     schema.add_field("version", DataType.VARCHAR, max_length=VERSION_MAX)
     schema.add_field("state", DataType.INT64)
@@ -179,10 +181,17 @@ def schema_problems(description: dict[str, Any], expected_schema: Any) -> list[s
     return problems
 
 
-def version_pk(key: str, version: str) -> str:
-    """The primary key of one version of a chunk (key = chunk_id) or of a registry record
-    (key = filename)."""
-    return f"{key}#{version}"
+def version_pk(chunk_id: str, version: str) -> str:
+    """The primary key of one version of a chunk."""
+    return f"{chunk_id}#{version}"
+
+
+def registry_pk(filename: str, version: str) -> str:
+    """The primary key of one version's registry record: the filename's UTF-8 bytes in hex,
+    then the version. Hex digits sort above "#", so primary-key order is filename order
+    (then version order) — a query iterator, which walks primary keys in order, reads the
+    registry sorted by filename. With the raw name, "a b.txt#…" would sort before "a#…"."""
+    return f"{filename.encode().hex()}#{version}"
 
 
 def level_filter(level: int) -> str:

@@ -14,7 +14,7 @@ import heapq
 import json
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from retrieval_service.milvus_schema import (
     REGISTRY_KEY_FIELDS,
     REGISTRY_VECTOR_DIM,
     TOMBSTONE,
+    registry_pk,
     version_pk,
 )
 from retrieval_service.store import MilvusStore, in_filter, quote
@@ -78,7 +79,7 @@ class DocumentEntry:
 
     @property
     def pk(self) -> str:
-        return version_pk(self.filename, self.version)
+        return registry_pk(self.filename, self.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,7 @@ class RecordKey:
 
     @property
     def pk(self) -> str:
-        return version_pk(self.filename, self.version)
+        return registry_pk(self.filename, self.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +163,14 @@ class DocumentRegistry:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    async def put(self, entry: DocumentEntry) -> None:
-        """Insert or replace the record of `entry`'s version (one row: atomic)."""
-        await self._milvus.run(lambda client: client.upsert(self._collection, [_row(entry)]))
+    async def put(self, *entries: DocumentEntry) -> None:
+        """Insert or replace the records of these versions (each one row: atomic)."""
+        rows = [_row(e) for e in entries]
+        for start in range(0, len(rows), _BATCH):
+            await self._milvus.run(self._upsert, rows[start : start + _BATCH])
+
+    def _upsert(self, client: Any, rows: list[dict[str, Any]]) -> None:
+        client.upsert(self._collection, rows)
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
         pks = [e.pk for e in entries]
@@ -205,9 +211,10 @@ class DocumentRegistry:
         current = current_of(RecordKey(r["filename"], r["version"], int(r["state"])) for r in rows)
         return {name: k.version for name, k in current.items() if k.state == COMMITTED}
 
-    def _scan(self, client: Any, expr: str) -> Iterator[RecordKey]:
-        """Every matching record's key. A query iterator, because a plain query stops at
-        Milvus's 16,384-row window."""
+    def _scan(self, client: Any, expr: str) -> Generator[RecordKey, None, None]:
+        """Every matching record's key, in primary-key order, i.e. by filename then version
+        (`registry_pk`). A query iterator, because a plain query stops at Milvus's 16,384-row
+        window and returns rows in no order."""
         iterator = client.query_iterator(
             self._collection, batch_size=_BATCH, filter=expr, output_fields=REGISTRY_KEY_FIELDS
         )
@@ -235,11 +242,33 @@ class DocumentRegistry:
 
     def _page_keys(self, client: Any, after: str, size: int) -> tuple[list[RecordKey], bool]:
         """The current records of the `size` smallest live filenames after `after`, and whether
-        more follow. Milvus returns query results unordered, so the rest of the registry is
-        scanned and the smallest names kept."""
+        more follow. The scan arrives sorted by filename, so it stops after the page; should
+        a store ever return keys out of order, the whole rest is read and sorted instead."""
         expr = f"state != {PENDING}"
         if after:
             expr = f"filename > {quote(after)} and {expr}"
+        live: list[RecordKey] = []
+        group: list[RecordKey] = []
+        previous = ""
+        scan = self._scan(client, expr)
+        for key in scan:
+            if key.pk < previous:
+                scan.close()
+                return self._page_keys_unordered(client, expr, size)
+            previous = key.pk
+            if group and key.filename != group[0].filename:
+                live.extend(k for k in current_of(group).values() if k.state == COMMITTED)
+                group = []
+                if len(live) > size:
+                    scan.close()
+                    return live[:size], True
+            group.append(key)
+        live.extend(k for k in current_of(group).values() if k.state == COMMITTED)
+        return live[:size], len(live) > size
+
+    def _page_keys_unordered(
+        self, client: Any, expr: str, size: int
+    ) -> tuple[list[RecordKey], bool]:
         current = current_of(self._scan(client, expr))
         live = [k for k in current.values() if k.state == COMMITTED]
         smallest = heapq.nsmallest(size + 1, live, key=lambda k: k.filename)
