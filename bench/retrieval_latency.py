@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from bench._hashing import HashingEmbedder
 from bench._retrieval_rig import (
     bench_settings,
     measure_latency,
@@ -33,7 +34,7 @@ from bench._retrieval_rig import (
 )
 from retrieval_service.app import create_app
 from retrieval_service.chunking import ChunkRecord
-from retrieval_service.embedding import HashingEmbedder, normalise
+from retrieval_service.embedding import normalise
 from retrieval_service.ingest import store_row
 from retrieval_service.registry import DocumentEntry
 

@@ -4,6 +4,8 @@ runtime context (`RunContext`), so one compiled graph serves every request."""
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
@@ -25,8 +27,12 @@ from orchestrator_service.nodes.synthesis import synthesis
 from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
 
+#: A compiled graph over RagState (input and output too) whose nodes get RunContext; naming the
+#: context type is what lets `ainvoke(..., context=RunContext(...))` type-check.
+RagGraph: TypeAlias = CompiledStateGraph[RagState, RunContext, RagState, RagState]
 
-def build_rag_graph() -> CompiledStateGraph:
+
+def build_rag_graph() -> RagGraph:
     """classify → simple: retrieve → grade → (rewrite → re-retrieve → grade) → end;
     complex: plan → Send fan-out to sub-agents (retrieve + grade each) → synthesis → end."""
     g = StateGraph(RagState, context_schema=RunContext)
@@ -55,7 +61,7 @@ def build_rag_graph() -> CompiledStateGraph:
     return g.compile(name="rag")
 
 
-def build_resume_graph() -> CompiledStateGraph:
+def build_resume_graph() -> RagGraph:
     """H1–H2: targeted retrieval with q*, one grading, end. No classification, fan-out,
     synthesis or rewrite: a rewrite verdict is returned as `needs_rewrite`."""
     g = StateGraph(RagState, context_schema=RunContext)

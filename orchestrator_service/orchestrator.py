@@ -9,10 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph.graph.state import CompiledStateGraph
-
 from orchestrator_service import steps
-from orchestrator_service.graph import build_rag_graph, build_resume_graph
+from orchestrator_service.graph import RagGraph, build_rag_graph, build_resume_graph
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
@@ -23,11 +21,11 @@ from shared.errors import InvalidArgument
 from shared.normalize import normalize_rag_trace
 
 # One compilation per process: compiled graphs are stateless and shared by all requests.
-_RAG_GRAPH: CompiledStateGraph | None = None
-_RESUME_GRAPH: CompiledStateGraph | None = None
+_RAG_GRAPH: RagGraph | None = None
+_RESUME_GRAPH: RagGraph | None = None
 
 
-def compiled_graphs() -> tuple[CompiledStateGraph, CompiledStateGraph]:
+def compiled_graphs() -> tuple[RagGraph, RagGraph]:
     global _RAG_GRAPH, _RESUME_GRAPH
     if _RAG_GRAPH is None or _RESUME_GRAPH is None:
         _RAG_GRAPH, _RESUME_GRAPH = build_rag_graph(), build_resume_graph()

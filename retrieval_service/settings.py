@@ -44,6 +44,9 @@ class RetrievalSettings(ServerSettings):
     embedding_model: str | None = None
     embedding_api_key: str | None = None
     embedding_dim: int | None = Field(None, gt=0)
+    embedding_concurrency: int = Field(
+        4, ge=1, description="Passage batches in flight at once to EMBEDDING_BASE_URL."
+    )
 
     # L3 size; L1/L2 sizes derive from it (REFERENCE.md §1.2).
     chunk_size: int = Field(800, gt=0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
 from orchestrator_service.models.base import EvidenceGrade
+from orchestrator_service.nodes import END_NODE
 from orchestrator_service.routing import (
     CLEARING_ROUTES,
     hitl_prompt_for,
@@ -99,4 +99,4 @@ async def grade_documents(state: RagState, runtime: Runtime[RunContext]) -> dict
 
 async def route_after_grade(state: RagState) -> Literal["rewrite_question", "__end__"]:
     """Only a rewrite verdict continues the main graph; every other route ends the run."""
-    return "rewrite_question" if state.get("route") == Route.REWRITE else END
+    return "rewrite_question" if state.get("route") == Route.REWRITE else END_NODE

@@ -3,7 +3,7 @@ retrieve_resume_query. Each replaces S.docs/context and writes its stage's keys 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 
@@ -55,7 +55,8 @@ async def retrieve_rewritten(state: RagState, runtime: Runtime[RunContext]) -> d
     method, rewritten = state.get("rewrite_method"), state.get("rewritten_query")
     if method not in steps.METHOD_LABELS or not rewritten:
         raise ModelOutputInvalid(TASK_REWRITE, "no rewritten query to retrieve with")
-    label = steps.METHOD_LABELS[method]
+    # The guard above admits only a RewriteMethod value, so the conversion cannot fail.
+    label = steps.METHOD_LABELS[RewriteMethod(method)]
     ctx.emit(state, ("🔄", f"使用 {label} 查询重新检索..."))
     found = await _retrieve(ctx, rewritten)
     docs, meta = found.docs, found.meta
@@ -75,7 +76,9 @@ async def retrieve_rewritten(state: RagState, runtime: Runtime[RunContext]) -> d
         retrieval_stage=Stage.REWRITTEN,
         **meta,
     )
-    helper_key = "step_back_question" if method == RewriteMethod.STEP_BACK else "hyde_document"
+    helper_key: Literal["step_back_question", "hyde_document"] = (
+        "step_back_question" if method == RewriteMethod.STEP_BACK else "hyde_document"
+    )
     if state.get(helper_key):
         trace[helper_key] = state[helper_key]
     return {"docs": docs, "context": format_context(docs), "rag_trace": trace}

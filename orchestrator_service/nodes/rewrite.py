@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
 from orchestrator_service.models.base import TASK_REWRITE, RewritePlan
+from orchestrator_service.nodes import END_NODE
 from orchestrator_service.routing import REWRITE_BUDGET
 from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState
@@ -94,4 +94,4 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
 async def route_after_rewrite(state: RagState) -> Literal["retrieve_rewritten", "__end__"]:
     """Re-retrieval after a real rewrite; the defensive branch ends the run (never reaches
     retrieve_rewritten — this project's deliberate difference, REFERENCE.md §0)."""
-    return "retrieve_rewritten" if state.get("route") == Route.REWRITE else END
+    return "retrieve_rewritten" if state.get("route") == Route.REWRITE else END_NODE

@@ -31,11 +31,18 @@ class InMemoryModel:
         self._decide = decide
         self.latency = latency
         self.calls: list[tuple[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most calls awaiting a reply at one time
 
     async def _reply(self, task: str, question: str) -> Mapping[str, Any]:
         self.calls.append((task, question))
-        if self.latency:
-            await asyncio.sleep(self.latency)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency:
+                await asyncio.sleep(self.latency)
+        finally:
+            self.in_flight -= 1
         return self._decide(task, question)
 
     async def classify_complexity(self, question: str, *, timeout: float | None = None):

@@ -3,6 +3,9 @@ drive the failure paths through the service's real code (no monkeypatching)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from retrieval_service.embedding import Embedder
@@ -23,17 +26,17 @@ class FailingEmbedder:
         self.passage_batches = 0
         self.queries = 0
 
-    async def embed_query(self, text: str) -> np.ndarray:
+    async def embed_query(self, text: str, **options: Any) -> np.ndarray:
         self.queries += 1
         if self.fail_queries:
             raise RuntimeError("embedding model crashed")
-        return await self.inner.embed_query(text)
+        return await self.inner.embed_query(text, **options)
 
-    async def embed_passages(self, texts: list[str]) -> np.ndarray:
+    async def embed_passages(self, texts: Sequence[str], **options: Any) -> np.ndarray:
         self.passage_batches += 1
         if self.fail_on_batch is not None and self.passage_batches == self.fail_on_batch:
             raise RuntimeError(f"embedding batch {self.passage_batches} failed")
-        return await self.inner.embed_passages(texts)
+        return await self.inner.embed_passages(texts, **options)
 
     async def aclose(self) -> None:
         return None
@@ -43,6 +46,6 @@ class WrongDimensionQueryEmbedder(FailingEmbedder):
     """Passages are fine, but query vectors have the wrong dimension, so the store rejects
     both the hybrid and the dense search (→ retrieve_failed)."""
 
-    async def embed_query(self, text: str) -> np.ndarray:
+    async def embed_query(self, text: str, **options: Any) -> np.ndarray:
         self.queries += 1
         return np.ones(8, dtype=np.float32) / np.sqrt(8)

@@ -19,12 +19,16 @@ from shared.settings import ServerSettings
 from shared.trace_fields import (
     CHUNK_FIELDS,
     HITL_RESUME_STATE_FIELDS,
-    RETRIEVAL_STATUS_VALUES,
     RETRIEVED_CHUNK_FIELD_NAMES,
-    ROUTE_VALUES,
     TRACE_FIELDS,
     Kind,
+    RetrievalStatus,
+    Route,
 )
+
+# The vocabulary lives in the StrEnums now (issue 17 A removed the *_VALUES tuples).
+ROUTE_VALUES = tuple(Route)
+RETRIEVAL_STATUS_VALUES = tuple(RetrievalStatus)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

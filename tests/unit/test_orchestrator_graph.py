@@ -4,11 +4,12 @@ rewrite-budget branch, and the clearing rules on S versus T."""
 from __future__ import annotations
 
 import asyncio
-import time
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from orchestrator_service.graph import build_rag_graph
+from orchestrator_service.nodes import END_NODE
 from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
 from orchestrator_service.orchestrator import Orchestrator
 from orchestrator_service.runtime import RunContext
@@ -32,13 +33,11 @@ def _decide(task: str, question: str):
 async def test_sub_agents_run_concurrently() -> None:
     model = InMemoryModel(_decide, latency=0.2)
     core = Orchestrator(model, InMemoryRetriever(lambda q: [DOC]))
-    started = time.perf_counter()
     outcome = await core.run(Q_CMP)
-    wall = time.perf_counter() - started
     assert outcome.retrieval_status == "answerable"
     assert sorted(model.calls[1:]) == [("evidence_grade", q) for q in SUBS]
-    # classification + four gradings side by side ≈ 0.4 s; sequential would be 1.0 s.
-    assert wall < 0.6, wall
+    # The four gradings were awaiting their replies at the same time (sequential would be 1).
+    assert model.max_in_flight == len(SUBS)
 
 
 async def test_sub_results_keep_send_order_whatever_finishes_first() -> None:
@@ -87,6 +86,12 @@ def test_graph_wiring_rewrite_branch_can_end() -> None:
     targets = {e.target for e in graph.edges if e.source == "rewrite_question"}
     assert targets == {"retrieve_rewritten", "__end__"}
     assert {e.target for e in graph.edges if e.source == "rag_sub_agent"} == {"synthesis"}
+
+
+def test_routers_end_literal_is_langgraphs_end() -> None:
+    # The routers return END_NODE so their Literal return types check; the graph only ends
+    # the run if that is the very string LangGraph treats as END.
+    assert END_NODE == END
 
 
 async def test_no_knowledge_clears_state_docs_but_keeps_trace_chunks() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval_service.merge import effective_score, merge_pass, parents_to_merge
+from retrieval_service.merge import merge_pass, parents_to_merge
 from retrieval_service.pipeline import passes_threshold, resolve_candidate_k
 from retrieval_service.rerank import configured, endpoint_for, sort_by_effective_score
+from shared.scores import effective_score
 
 
 def leaf(cid: str, parent: str, score: float, level: int = 3) -> dict:

