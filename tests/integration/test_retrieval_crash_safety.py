@@ -28,11 +28,11 @@ import grpc
 import pytest
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.embedding import HashingEmbedder
+from retrieval_service.embedding import OpenAIEmbedder
 from retrieval_service.ingest import CRASH_POINTS
 from retrieval_service.milvus_schema import LEVELS, PENDING, TOMBSTONE
 from retrieval_service.store import StoreConfig
-from tests.fakes.embedding_server import EmbeddingServer
+from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import (
     MILVUS_LITE,
     LiteServer,
@@ -62,10 +62,23 @@ NEW_WINS = {"after_commit", "during_cleanup", "after_cleanup"}
 
 
 @pytest.fixture(scope="module")
-def embedding_server() -> Iterator[EmbeddingServer]:
-    server = EmbeddingServer(DIM).start()
+def embedding_server() -> Iterator[EmbeddingsServer]:
+    server = EmbeddingsServer(DIM).start()
     yield server
     server.stop()
+
+
+def embedding_env(server: EmbeddingsServer) -> dict[str, str]:
+    """The settings that point a service process at the embeddings double."""
+    return {
+        "EMBEDDING_BASE_URL": server.base_url,
+        "EMBEDDING_MODEL": "fake",
+        "EMBEDDING_DIM": str(DIM),
+    }
+
+
+def embedder(server: EmbeddingsServer) -> OpenAIEmbedder:
+    return OpenAIEmbedder(server.base_url, "fake", DIM)
 
 
 class ServiceProcess:
@@ -149,13 +162,19 @@ def run_until_crash(log: Path, env: dict[str, str], point: str) -> None:
 
 
 @asynccontextmanager
-async def restarted(uri: str, collection: str, **settings: Any) -> AsyncIterator[Service]:
+async def restarted(
+    server: EmbeddingsServer, uri: str, collection: str, **settings: Any
+) -> AsyncIterator[Service]:
     """The service started again on the same store (start-up reconciliation included)."""
     store = StoreConfig(uri=uri, token=None, collection=collection, dim=DIM, timeout_seconds=10)
-    async with running_service(
-        uri, embedder=HashingEmbedder(DIM), store=store, chunking=None, **settings
-    ) as svc:
-        yield svc
+    model = embedder(server)
+    try:
+        async with running_service(
+            uri, embedder=model, store=store, chunking=None, **settings
+        ) as svc:
+            yield svc
+    finally:
+        await model.aclose()
 
 
 async def rows_of(svc: Service, filename: str) -> dict[int, list[dict[str, Any]]]:
@@ -226,17 +245,17 @@ def expected(point: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def lite_template(embedding_server: EmbeddingServer) -> Iterator[tuple[Path, Versions]]:
+def lite_template(embedding_server: EmbeddingsServer) -> Iterator[tuple[Path, Versions]]:
     """A Milvus Lite store holding OLD (and another document), built once; plus the counts
     NEW ingests as (measured on a scratch copy)."""
     root = Path(tempfile.mkdtemp(prefix="crash-template-"))
 
     async def build() -> Versions:
-        async with restarted(str(root / "kb.db"), "crash") as svc:
+        async with restarted(embedding_server, str(root / "kb.db"), "crash") as svc:
             counts = await seed_old(svc)
         scratch = root / "scratch.db"
         shutil.copytree(root / "kb.db", scratch)
-        async with restarted(str(scratch), "crash") as svc:
+        async with restarted(embedding_server, str(scratch), "crash") as svc:
             await svc.ingest((DOC, NEW.encode()))
             new = (await svc.listing())[DOC]
         shutil.rmtree(scratch)
@@ -254,9 +273,9 @@ async def test_kill_anywhere_on_milvus_lite(tmp_path, embedding_server, lite_tem
     assert versions.old != versions.new and min(versions.new) > 1 and min(versions.old) > 1
     db = tmp_path / "kb.db"
     shutil.copytree(template, db)
-    env = {**embedding_server.env(), "MILVUS_URI": str(db), "MILVUS_COLLECTION": "crash"}
+    env = {**embedding_env(embedding_server), "MILVUS_URI": str(db), "MILVUS_COLLECTION": "crash"}
     await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
-    async with restarted(str(db), "crash") as svc:
+    async with restarted(embedding_server, str(db), "crash") as svc:
         assert await assert_whole(svc, versions) == expected(point)
         assert len(await svc.app.registry.scan()) == len(await svc.listing())
         # And the store keeps working: the interrupted write, done again, completes.
@@ -292,19 +311,19 @@ async def test_kill_anywhere_on_a_milvus_server(
     versions = lite_template[1]
     collection = f"kill_{CRASH_POINTS.index(point)}"
     uri = shared_server.uri
-    async with restarted(uri, collection) as svc:
+    async with restarted(embedding_server, uri, collection) as svc:
         assert (await seed_old(svc)).old == versions.old
-    env = {**embedding_server.env(), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
+    env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
     await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
-    async with restarted(uri, collection, reconcile_grace_seconds=0) as svc:
+    async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
         assert await assert_whole(svc, versions) == expected(point)
 
 
 async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_template, shared_server):
     versions = lite_template[1]
     uri, collection = shared_server.uri, "replicas"
-    env = {**embedding_server.env(), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
-    async with restarted(uri, collection) as svc:
+    env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
+    async with restarted(embedding_server, uri, collection) as svc:
         await seed_old(svc)
     a = await asyncio.to_thread(ServiceProcess, tmp_path / "a.log", env)
     b = await asyncio.to_thread(ServiceProcess, tmp_path / "b.log", env)
@@ -315,7 +334,7 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
             await asyncio.gather(
                 asyncio.to_thread(a.ingest, DOC, NEW), asyncio.to_thread(b.ingest, DOC, OLD)
             )
-            async with restarted(uri, collection) as svc:
+            async with restarted(embedding_server, uri, collection) as svc:
                 assert await assert_whole(svc, versions) in {"old", "new"}
 
         await asyncio.to_thread(b.ingest, DOC, OLD)
@@ -326,12 +345,12 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
             texts = await asyncio.to_thread(replica.retrieve, NEW_QUERY)
             assert texts and not any("glacier" in t for t in texts)
             assert (await asyncio.to_thread(replica.listing))[DOC] == versions.old
-        async with restarted(uri, collection) as svc:
+        async with restarted(embedding_server, uri, collection) as svc:
             pending = [k for k in await svc.app.registry.scan() if k.state == PENDING]
             assert len(pending) == 1
             assert sum(await svc.counts()) > sum(sum(c) for c in (await svc.listing()).values())
         # Past the grace period, any replica's reconciliation removes them.
-        async with restarted(uri, collection, reconcile_grace_seconds=0) as svc:
+        async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
             assert await assert_whole(svc, versions) == "old"
     finally:
         a.stop()

@@ -9,16 +9,19 @@ import asyncio
 import base64
 import os
 import sys
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
 from supermew.v1 import retrieval_pb2
 
-from retrieval_service.embedding import HashingEmbedder
+from retrieval_service.embedding import OpenAIEmbedder
 from retrieval_service.milvus_schema import COMMITTED, PENDING, TOMBSTONE
 from retrieval_service.registry import DocumentEntry, encode_page_token
-from tests.integration.retrieval_harness import running_service
+from tests.fakes.embeddings_server import EmbeddingsServer
+from tests.integration.retrieval_harness import Service, running_service
 
 N = 17_000
 # Spaces and a name that prefixes others: the listing is ordered by filename all the same.
@@ -31,11 +34,28 @@ def _entry(name: str, version: str, state: int = COMMITTED) -> DocumentEntry:
 
 
 @pytest.fixture(scope="module")
-def big_registry(tmp_path_factory) -> str:
+def embeddings() -> Iterator[EmbeddingsServer]:
+    server = EmbeddingsServer(64).start()
+    yield server
+    server.stop()
+
+
+@asynccontextmanager
+async def serving(db: str, server: EmbeddingsServer) -> AsyncIterator[Service]:
+    model = OpenAIEmbedder(server.base_url, "fake", 64)
+    try:
+        async with running_service(db, embedder=model) as svc:
+            yield svc
+    finally:
+        await model.aclose()
+
+
+@pytest.fixture(scope="module")
+def big_registry(tmp_path_factory, embeddings) -> str:
     db = tmp_path_factory.mktemp("paging") / "kb.db"
 
     async def build() -> None:
-        async with running_service(db, embedder=HashingEmbedder(64)) as svc:
+        async with serving(str(db), embeddings) as svc:
             await svc.app.registry.put(*(_entry(n, "00000000000000000001-a") for n in NAMES))
             # A deleted document and a never-committed one are not listed.
             await svc.app.registry.put(
@@ -51,9 +71,9 @@ def big_registry(tmp_path_factory) -> str:
     return str(db)
 
 
-async def test_registry_pages_past_the_old_window(big_registry) -> None:
+async def test_registry_pages_past_the_old_window(big_registry, embeddings) -> None:
     listed = [n for n in NAMES if n != GONE]
-    async with running_service(big_registry, embedder=HashingEmbedder(64)) as svc:
+    async with serving(big_registry, embeddings) as svc:
         everything = await svc.app.registry.entries()
         assert [e.filename for e in everything] == listed
         first = await svc.app.ingestor.list_page(1000, "")
@@ -67,9 +87,9 @@ async def test_registry_pages_past_the_old_window(big_registry) -> None:
         assert tail.next_page_token == ""
 
 
-async def test_rpc_paging_and_bad_arguments(big_registry) -> None:
+async def test_rpc_paging_and_bad_arguments(big_registry, embeddings) -> None:
     listed = [n for n in NAMES if n != GONE]
-    async with running_service(big_registry, embedder=HashingEmbedder(64)) as svc:
+    async with serving(big_registry, embeddings) as svc:
         default = await svc.stub.ListDocuments(retrieval_pb2.ListDocumentsRequest())
         assert [d.filename for d in default.documents] == listed[:100]
         assert default.documents[0].l3_chunks == 1
@@ -96,9 +116,9 @@ async def test_rpc_paging_and_bad_arguments(big_registry) -> None:
             assert err.value.details().startswith(field)
 
 
-async def test_cli_lists_every_page(big_registry) -> None:
+async def test_cli_lists_every_page(big_registry, embeddings) -> None:
     listed = [n for n in NAMES if n != GONE]
-    async with running_service(big_registry, embedder=HashingEmbedder(64)) as svc:
+    async with serving(big_registry, embeddings) as svc:
         env = {**os.environ, "RETRIEVAL_ADDR": f"127.0.0.1:{svc.port}"}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "retrieval_service", "list",
