@@ -3,21 +3,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from collections.abc import Callable
 
 from supermew.v1 import orchestrator_pb2  # noqa: F401  (descriptors for reflection)
 
 from orchestrator_service.settings import OrchestratorSettings
-from shared.logs import configure_logging
 from shared.serve import serve
+from shared.startup import run_service
 
 
-async def _serve(settings: OrchestratorSettings) -> None:
+async def _serve(settings: OrchestratorSettings, on_started: Callable[[], None]) -> None:
     from orchestrator_service.app import build_app
 
     app = build_app(settings)
-    await serve(app.server, on_stop=app.aclose)
+    await serve(app.server, on_stop=app.aclose, on_started=on_started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,10 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator_service.cli import main as cli_main
 
         return cli_main(argv)
-    settings = OrchestratorSettings()
-    configure_logging(settings.log_level, settings.log_format)
-    asyncio.run(_serve(settings))
-    return 0
+    return run_service("orchestrator_service", OrchestratorSettings, _serve)
 
 
 if __name__ == "__main__":

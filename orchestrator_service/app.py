@@ -34,11 +34,13 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         settings.retrieval_addr,
         default_timeout=settings.retrieval_timeout_seconds,
         auth_token=settings.auth_token,
+        max_query_chars=settings.max_question_chars,
     )
     core = Orchestrator(model, retrieval, max_question_chars=settings.max_question_chars)
     server = GrpcServer(
         settings,
         port=settings.orchestrator_port,
+        port_setting="ORCHESTRATOR_PORT",
         service_names=[SERVICE_NAME],
         add_servicers=add_servicer(core),
     )

@@ -17,8 +17,8 @@ from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
-from shared.errors import InvalidArgument
 from shared.normalize import normalize_rag_trace
+from shared.text_input import check_text
 
 # One compilation per process: compiled graphs are stateless and shared by all requests.
 _RAG_GRAPH: RagGraph | None = None
@@ -59,10 +59,7 @@ class Orchestrator:
         self._graph, self._resume_graph = compiled_graphs()
 
     def _check_text(self, field: str, text: str) -> None:
-        if not text or not text.strip():
-            raise InvalidArgument(field, "must not be blank")
-        if len(text) > self._max_chars:
-            raise InvalidArgument(field, f"longer than {self._max_chars} characters")
+        check_text(field, text, self._max_chars)
 
     def _context(self, steps_sink: StepSink, timeout: float | None) -> RunContext:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -1,10 +1,14 @@
 """The retrieval service as the nodes see it: a `grpc.aio` stub wrapper that propagates the
 caller's deadline and translates every status retrieval can answer with into a domain error
 (docs/api.md#status-codes), so no downstream status leaks to the orchestrator's caller as if
-it were about the caller's own request."""
+it were about the caller's own request. The channel retries an UNAVAILABLE Retrieve (it is
+idempotent) within the call's deadline, and every query is cut to the length retrieval
+accepts, because a rewrite adds generated text to a question that may already be at the
+limit."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +29,25 @@ from shared.errors import (
 log = logging.getLogger(__name__)
 
 DEPENDENCY = "retrieval"
+
+# gRPC retries a Retrieve that ended UNAVAILABLE (a replica restarting, a connection reset
+# before the call was sent) with backoff; the attempts share the call's deadline, so a retry
+# never makes a call outlive it. Retrieve only changes nothing, so a repeat is harmless;
+# ingest and delete are not retried.
+RETRY_SERVICE_CONFIG: dict[str, object] = {
+    "methodConfig": [
+        {
+            "name": [{"service": "supermew.v1.RetrievalService", "method": "Retrieve"}],
+            "retryPolicy": {
+                "maxAttempts": 3,
+                "initialBackoff": "0.1s",
+                "maxBackoff": "1s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }
+    ]
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,27 +121,49 @@ class RetrievalClient:
         *,
         default_timeout: float = 30.0,
         auth_token: str | None = None,
+        max_query_chars: int = 4000,
     ) -> None:
         self._channel = channel
+        self._max_query_chars = max_query_chars
         self._stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
         self._default_timeout = default_timeout
         self._metadata = (("authorization", f"Bearer {auth_token}"),) if auth_token else None
 
     @classmethod
     def connect(
-        cls, address: str, *, default_timeout: float = 30.0, auth_token: str | None = None
+        cls,
+        address: str,
+        *,
+        default_timeout: float = 30.0,
+        auth_token: str | None = None,
+        max_query_chars: int = 4000,
     ) -> RetrievalClient:
         """A channel to RETRIEVAL_ADDR. Calls are balanced round-robin over every address the
         target resolves to (`dns:///retrieval:50051` behind a headless Service,
         `ipv4:10.0.0.1:50051,10.0.0.2:50051`); gRPC's default, pick_first, would pin every
-        call to one replica. A single address behaves as before."""
-        options = [("grpc.lb_policy_name", "round_robin")]
+        call to one replica. A single address behaves as before. `max_query_chars` is the
+        longest query retrieval accepts (its MAX_QUESTION_CHARS)."""
+        options: list[tuple[str, str | int]] = [
+            ("grpc.lb_policy_name", "round_robin"),
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", json.dumps(RETRY_SERVICE_CONFIG)),
+        ]
         channel = grpc.aio.insecure_channel(address, options=options)
-        return cls(channel, default_timeout=default_timeout, auth_token=auth_token)
+        return cls(
+            channel,
+            default_timeout=default_timeout,
+            auth_token=auth_token,
+            max_query_chars=max_query_chars,
+        )
 
     async def retrieve(
         self, query: str, *, top_k: int | None = None, timeout: float | None = None
     ) -> Retrieval:
+        if len(query) > self._max_query_chars:
+            # The question comes first in every generated query, so the cut drops only the
+            # tail of the generated helper text.
+            log.debug("query of %d characters cut to %d", len(query), self._max_query_chars)
+            query = query[: self._max_query_chars]
         request = retrieval_pb2.RetrieveRequest(query=query)
         if top_k is not None:
             request.top_k = top_k

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from shared.settings import ServerSettings
 
@@ -24,3 +24,13 @@ class OrchestratorSettings(ServerSettings):
     grade_model: str | None = Field(None, description="Defaults to MODEL.")
     fast_model: str | None = Field(None, description="Defaults to MODEL.")
     llm_timeout_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _absolute_url(cls, value: str | None) -> str | None:
+        # Without a scheme httpx fails on every call; say so once, at start-up.
+        if value is not None and not value.strip():
+            return None
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value

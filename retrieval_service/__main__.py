@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
-from shared.logs import configure_logging
+from shared.errors import ConfigurationError
 from shared.serve import GrpcServer, serve
+from shared.startup import run_service
 
 if TYPE_CHECKING:
     from retrieval_service.ingest import Checkpoint
-
 
 #: TEST HOOK, not a setting: `SUPERMEW_CRASH_AT=<point>` (one of `ingest.CRASH_POINTS`) makes
 #: the process die like `kill -9` (exit status 137, nothing flushed or closed) when a write
@@ -41,20 +42,33 @@ def crash_hook(point: str | None) -> Checkpoint:
     return crash
 
 
-async def _serve(settings: RetrievalSettings) -> None:
+async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) -> None:
     # Imported here: app imports the store, and pymilvus must not load before MILVUS_URI is
     # cleared (clear_milvus_env runs first in create_app).
     from retrieval_service.app import clear_milvus_env
 
     clear_milvus_env()
     from retrieval_service.app import create_app, reconcile_periodically, seed_samples
+    from retrieval_service.store import STORE_FAILURES, is_embedded_uri
 
-    app = await create_app(settings, checkpoint=crash_hook(os.environ.get(CRASH_AT_ENV)))
-    reconciler = asyncio.create_task(reconcile_periodically(app))
+    checkpoint = crash_hook(os.environ.get(CRASH_AT_ENV))
+    try:
+        app = await create_app(settings, checkpoint=checkpoint)
+    except STORE_FAILURES as exc:
+        # Milvus Lite reports a data directory another process holds as a failed open; a
+        # server URI as a failed connection. Either way the operator fixes MILVUS_URI.
+        what = (
+            "cannot open the Milvus Lite data directory (is another process using it?)"
+            if is_embedded_uri(settings.milvus_uri)
+            else "cannot connect to the Milvus server (or MILVUS_TOKEN is refused)"
+        )
+        raise ConfigurationError(f"MILVUS_URI: {what}") from exc
     await seed_samples(app, settings.samples_dir)
+    reconciler = asyncio.create_task(reconcile_periodically(app))
     server = GrpcServer(
         settings,
         port=settings.retrieval_port,
+        port_setting="RETRIEVAL_PORT",
         service_names=[SERVICE_NAME],
         add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
             app.servicer, s
@@ -66,7 +80,7 @@ async def _serve(settings: RetrievalSettings) -> None:
         reconciler.cancel()
         await app.aclose()
 
-    await serve(server, on_stop=stop)
+    await serve(server, on_stop=stop, on_started=on_started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,10 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         from retrieval_service.cli import main as cli_main
 
         return cli_main(argv)
-    settings = RetrievalSettings()  # read once, before pymilvus is imported
-    configure_logging(settings.log_level, settings.log_format)
-    asyncio.run(_serve(settings))
-    return 0
+    # Settings are read once, before pymilvus is imported.
+    return run_service("retrieval_service", RetrievalSettings, _serve)
 
 
 if __name__ == "__main__":

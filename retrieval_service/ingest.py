@@ -304,8 +304,7 @@ class Ingestor:
         if not filenames:
             raise InvalidArgument("filenames", "must hold at least one file name")
         for i, name in enumerate(filenames):
-            if not name or not name.strip():
-                raise InvalidArgument(f"filenames[{i}]", "must not be empty")
+            validate_filename(name, f"filenames[{i}]")  # the same rule as on ingest
         deleted = 0
         async with self._lock:
             for name in dict.fromkeys(filenames):

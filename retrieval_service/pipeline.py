@@ -20,6 +20,7 @@ from retrieval_service.rerank import Reranker, RerankOutcome
 from retrieval_service.store import STORE_FAILURES
 from shared.errors import DependencyUnavailable, InvalidArgument
 from shared.scores import effective_score
+from shared.text_input import check_text
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +129,7 @@ class RetrievalPipeline:
         self.config = config
 
     def _validate(self, query: str, top_k: int | None) -> int:
-        if not query or not query.strip():
-            raise InvalidArgument("query", "must not be blank")
-        if len(query) > self.config.max_query_chars:
-            raise InvalidArgument(
-                "query", f"is {len(query)} characters, at most {self.config.max_query_chars}"
-            )
+        check_text("query", query, self.config.max_query_chars)
         if top_k is None:
             return self.config.top_k
         if not 1 <= top_k <= 100:

@@ -1,6 +1,8 @@
 """Rerank over HTTP (SPEC.md §5 I, REFERENCE.md §1.6): the Jina/Cohere-style
 `POST {host}/v1/rerank` with a Bearer key; its failures are recorded, never raised, and fall
-back to the score sort."""
+back to the score sort. A recorded error reaches every caller's trace (`rerank_error`), so it
+passes through `shared.redact` first: a provider that quotes the rejected key back must not
+leak RERANK_API_KEY."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 import httpx
 
 from retrieval_service.merge import Doc
+from shared.redact import Redactor
 from shared.scores import effective_score
 
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
@@ -65,6 +68,8 @@ class Reranker:
         self.endpoint = endpoint_for(self.host)
         self.timeout_seconds = max(0.1, float(timeout_seconds))
         self._client = client or httpx.AsyncClient()
+        # The raw setting too: a placeholder-looking key is still a key to scrub.
+        self._redact = Redactor(self._api_key, api_key)
 
     async def rerank(self, query: str, docs: list[Doc], top_k: int) -> RerankOutcome:
         """Rerank `docs` (already carrying rrf_rank) and cut to top_k. Recorded errors: HTTP
@@ -89,7 +94,7 @@ class Reranker:
                 timeout=self.timeout_seconds,
             )
             if response.status_code >= 400:
-                error = f"HTTP {response.status_code}: {response.text}"
+                error = self._redact(f"HTTP {response.status_code}: {response.text}")
                 return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
             kept: list[Doc] = []
             for item in response.json()["results"]:
@@ -103,7 +108,7 @@ class Reranker:
                     doc["rerank_score"] = float(item["relevance_score"])
                 kept.append(doc)
         except (httpx.HTTPError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
-            error = str(exc) or type(exc).__name__
+            error = self._redact(str(exc) or type(exc).__name__)
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
         if not kept:
             return RerankOutcome(

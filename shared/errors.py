@@ -45,6 +45,16 @@ class ResourceExhausted(DomainError):
     over its size limit); retrying later or with less may succeed."""
 
 
+class DependencyRejected(DomainError):
+    """A dependency refused the request permanently (HTTP 400/401/403/404 from a model
+    endpoint: a wrong key, model name or URL). Retrying cannot help; its configuration must
+    change. The message names the dependency, the task and the provider's (redacted) reason."""
+
+    def __init__(self, dependency: str, message: str) -> None:
+        super().__init__(f"{dependency} rejected the request: {message}")
+        self.dependency = dependency
+
+
 class ModelOutputInvalid(DomainError):
     """A model's reply violated its task schema after the retry. The message names the task."""
 

@@ -36,6 +36,9 @@ class JsonLineFormatter(logging.Formatter):
 
 
 CHATTY_LOGGERS = ("faiss.loader", "milvus_lite.engine.collection")
+# Loggers that log a failure with its traceback and then raise it to us, where it is reported
+# once (e.g. a Milvus Lite data directory locked by another process): shown only at DEBUG.
+RERAISING_LOGGERS = ("milvus_lite.server_manager",)
 
 
 class MilvusLiteUnimplementedFilter(logging.Filter):
@@ -70,3 +73,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     quiet_level = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(quiet_level)
+    for name in RERAISING_LOGGERS:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if root.level <= logging.DEBUG else logging.CRITICAL + 1
+        )

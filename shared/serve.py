@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from shared.errors import (
     ConfigurationError,
     DeadlineExceeded,
+    DependencyRejected,
     DependencyUnavailable,
     DomainError,
     InternalFailure,
@@ -42,6 +43,7 @@ STATUS_FOR_ERROR: dict[type[DomainError], grpc.StatusCode] = {
     DependencyUnavailable: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    DependencyRejected: grpc.StatusCode.FAILED_PRECONDITION,
     ModelOutputInvalid: grpc.StatusCode.INTERNAL,
     ConfigurationError: grpc.StatusCode.FAILED_PRECONDITION,
     InternalFailure: grpc.StatusCode.INTERNAL,
@@ -137,6 +139,78 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
+class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
+    """At most `limit` calls in flight (MAX_CONCURRENT_RPCS); one more is refused at once with
+    RESOURCE_EXHAUSTED instead of queueing behind the others, so a client under overload gets
+    a fast, retryable answer and the calls already admitted keep their latency. grpc's own
+    `maximum_concurrent_rpcs` would count health checks too and fail probes under load, so the
+    limit is a counter here and health and reflection are exempt. A stream counts until it
+    ends. The event loop is single-threaded, so the counter needs no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._refusal = ResourceExhausted(
+            f"the server is serving its limit of {limit} concurrent calls "
+            "(MAX_CONCURRENT_RPCS); retry later"
+        )
+
+    async def _refuse(self, context: grpc.aio.ServicerContext) -> None:
+        mapped = status_for(self._refusal)
+        assert mapped is not None
+        await context.abort(*mapped)
+
+    def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if self.in_flight >= self.limit:
+                await self._refuse(context)
+            self.in_flight += 1
+            try:
+                return await behavior(request, context)
+            finally:
+                self.in_flight -= 1
+
+        return wrapper
+
+    def _wrap_stream(self, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if self.in_flight >= self.limit:
+                await self._refuse(context)
+            self.in_flight += 1
+            try:
+                async for item in behavior(request, context):
+                    yield item
+            finally:
+                self.in_flight -= 1
+
+        return wrapper
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method or ""
+        if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED. Health and
     reflection stay open so probes and `grpcurl list` work without credentials."""
@@ -187,13 +261,16 @@ class GrpcServer:
         port: int,
         service_names: Sequence[str],
         add_servicers: Callable[[grpc.aio.Server], None],
+        port_setting: str = "the port",
     ) -> None:
         self._settings = settings
         self._requested_port = port
+        self._port_setting = port_setting
         self._service_names = tuple(service_names)
         self._add_servicers = add_servicers
         self._server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
+        self.limiter = ConcurrencyLimitInterceptor(settings.max_concurrent_rpcs)
         self.port = 0
 
     @property
@@ -205,6 +282,7 @@ class GrpcServer:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if self._settings.auth_token:
             interceptors.append(BearerTokenInterceptor(self._settings.auth_token))
+        interceptors.append(self.limiter)
         interceptors.append(ErrorMappingInterceptor())
         size = self._settings.grpc_max_message_bytes
         server = grpc.aio.server(
@@ -225,9 +303,16 @@ class GrpcServer:
     async def start(self) -> int:
         """Bind and start; returns the bound port (an ephemeral one when asked for port 0)."""
         self._server = server = self._build()
-        self.port = server.add_insecure_port(f"{self._settings.bind_host}:{self._requested_port}")
+        address = f"{self._settings.bind_host}:{self._requested_port}"
+        try:
+            self.port = server.add_insecure_port(address)
+        except RuntimeError:  # grpc's "Failed to bind to address"
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot bind {self._settings.bind_host}:{self._requested_port}")
+            raise ConfigurationError(
+                f"{self._port_setting}: cannot listen on {address} (the port is in use, or "
+                "BIND_HOST is not an address of this machine)"
+            )
         await server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s on %s", ", ".join(self._service_names), self.address)
@@ -252,15 +337,21 @@ class GrpcServer:
 
 
 async def serve(
-    server: GrpcServer, *, on_stop: Callable[[], Awaitable[None]] | None = None
+    server: GrpcServer,
+    *,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> None:
-    """Run `server` until SIGTERM or SIGINT, then drain it and run `on_stop` (closing clients)."""
+    """Start `server` (`on_started` runs once it listens) and run it until SIGTERM or SIGINT,
+    then drain it; `on_stop` (closing clients) runs in every case, a failed start included."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_requested.set)
-    await server.start()
     try:
+        await server.start()
+        if on_started is not None:
+            on_started()
         await stop_requested.wait()
         log.info("shutdown requested")
         await server.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -30,3 +30,17 @@ class ServerSettings(BaseSettings):
     max_question_chars: int = Field(
         4000, gt=0, description="Longer questions, queries and user answers are INVALID_ARGUMENT."
     )
+    max_concurrent_rpcs: int = Field(
+        256,
+        gt=0,
+        description="Calls served at once; beyond it RESOURCE_EXHAUSTED (health is exempt).",
+    )
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        # Checked here so a typo fails at start-up naming LOG_LEVEL, not deep in logging.
+        names = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+        if value.upper() not in names:
+            raise ValueError(f"must be one of {', '.join(names)}")
+        return value.upper()

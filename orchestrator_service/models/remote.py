@@ -1,11 +1,17 @@
 """The OpenAI-compatible remote model client (API.md "Model calls"): POST
 {LLM_BASE_URL}/chat/completions with a strict json_schema response format named after the task,
-temperature 0, pydantic validation and one retry on invalid output."""
+temperature 0, pydantic validation and one retry on invalid output. HTTP failures are
+translated once here (docs/api.md#status-codes): a permanent refusal (400/401/403/404) is
+DependencyRejected naming the task and the provider's redacted message, 429 ResourceExhausted,
+5xx and connection failures DependencyUnavailable; 429/502/503/504 are retried with jittered
+backoff while the caller's deadline allows."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -21,12 +27,27 @@ from orchestrator_service.models.base import (
     EvidenceGrade,
     RewritePlan,
 )
-from shared.errors import DeadlineExceeded, DependencyUnavailable, ModelOutputInvalid
+from shared.errors import (
+    DeadlineExceeded,
+    DependencyRejected,
+    DependencyUnavailable,
+    DomainError,
+    ModelOutputInvalid,
+    ResourceExhausted,
+)
+from shared.redact import Redactor
 from shared.trace_fields import Complexity, RewriteMethod
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
+
+DEPENDENCY = "model endpoint"
+#: Statuses a later attempt may succeed on: rate limiting and a gateway's passing trouble.
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+MAX_ATTEMPTS = 4
+BACKOFF_BASE_SECONDS = 0.2
+BACKOFF_MAX_SECONDS = 5.0
 
 # Keywords strict structured outputs reject or ignore; the pydantic model still enforces them.
 _UNSUPPORTED_KEYWORDS = frozenset(
@@ -102,6 +123,7 @@ class RemoteModelClient:
         self._http = http or httpx.AsyncClient(
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)
         )
+        self._redact = Redactor(api_key)
         self._schemas = {
             TASK_COMPLEXITY: strict_schema(ComplexityResult),
             TASK_GRADE: strict_schema(EvidenceGrade),
@@ -181,24 +203,98 @@ class RemoteModelClient:
         raise ModelOutputInvalid(task, f"output violates the task schema after a retry: {problem}")
 
     async def _post(self, task: str, body: dict[str, Any], timeout: float | None) -> str:
-        """The reply's `choices[0].message.content` ("" when the reply has none: invalid)."""
-        seconds = self._timeout if timeout is None else min(timeout, self._timeout)
+        """The reply's `choices[0].message.content` ("" when the reply has none: invalid).
+        `timeout` is what is left of the caller's deadline (None: the caller set none); each
+        attempt also stops at LLM_TIMEOUT_SECONDS."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise DeadlineExceeded(f"model task {task}: the caller's deadline passed")
+            own_limit = left is None or self._timeout <= left
+            seconds = self._timeout if left is None else min(left, self._timeout)
+            try:
+                response = await self._http.post(
+                    self._url, json=body, headers=self._headers, timeout=seconds
+                )
+            except httpx.ConnectTimeout as exc:
+                log.warning("model task %s: connect timeout after %.3fs", task, seconds)
+                raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
+            except httpx.TimeoutException as exc:
+                log.warning("model task %s: no reply within %.3fs", task, seconds)
+                raise DeadlineExceeded(
+                    f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
+                    if own_limit
+                    else f"model task {task}: the caller's deadline passed while waiting for "
+                    "the model"
+                ) from exc
+            except httpx.TransportError as exc:
+                log.warning(
+                    "model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc))
+                )
+                raise DependencyUnavailable(
+                    DEPENDENCY, f"task {task}: the connection failed"
+                ) from exc
+            if response.status_code < 400:
+                return _content(response)
+            error = self._http_error(task, response)
+            log.warning("model task %s: attempt %d: %s", task, attempt, error.message)
+            delay = _backoff(attempt, response.headers.get("retry-after"))
+            left = None if deadline is None else deadline - loop.time()
+            if (
+                response.status_code not in RETRYABLE_STATUSES
+                or attempt >= MAX_ATTEMPTS
+                or (left is not None and delay >= left)
+            ):
+                raise error
+            await asyncio.sleep(delay)
+
+    def _http_error(self, task: str, response: httpx.Response) -> DomainError:
+        """The domain error for a failed HTTP reply: permanent refusals name the provider's
+        (redacted) message, since only the operator can fix them."""
+        status = response.status_code
+        if status == 429:
+            return ResourceExhausted(f"model task {task}: the model endpoint is rate limiting")
+        if status >= 500 or status == 408:
+            return DependencyUnavailable(DEPENDENCY, f"task {task}: HTTP {status}")
+        reason = self._redact(_provider_message(response))
+        return DependencyRejected(
+            DEPENDENCY, f"task {task}: HTTP {status}" + (f": {reason}" if reason else "")
+        )
+
+
+def _content(response: httpx.Response) -> str:
+    try:
+        content = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def _provider_message(response: httpx.Response) -> str:
+    """The OpenAI-style `error.message` (or `error` / `message`), else the raw body."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text
+    if isinstance(payload, dict):
+        error = payload.get("error", payload.get("message"))
+        if isinstance(error, dict):
+            error = error.get("message")
+        if isinstance(error, str):
+            return error
+    return response.text
+
+
+def _backoff(attempt: int, retry_after: str | None) -> float:
+    """Full-jitter exponential backoff, or the server's Retry-After (seconds) when it gives one,
+    so many callers retrying together do not hit the endpoint in lockstep."""
+    if retry_after is not None:
         try:
-            response = await self._http.post(
-                self._url, json=body, headers=self._headers, timeout=seconds
-            )
-        except httpx.ConnectTimeout as exc:
-            raise DependencyUnavailable("model endpoint", f"connect timeout: {exc}") from exc
-        except httpx.TimeoutException as exc:
-            raise DeadlineExceeded(f"model task {task}: no reply within {seconds:.3f}s") from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable("model endpoint", f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise DependencyUnavailable(
-                "model endpoint", f"task {task}: HTTP {response.status_code}"
-            )
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            return ""
-        return content if isinstance(content, str) else json.dumps(content)
+            return min(max(float(retry_after), 0.0), BACKOFF_MAX_SECONDS)
+        except ValueError:
+            pass  # an HTTP date: fall back to the computed backoff
+    return random.uniform(0, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (attempt - 1)))

@@ -21,8 +21,12 @@ Reply = Mapping[str, Any] | str
 
 @dataclass(frozen=True)
 class HttpError:
+    """An HTTP error reply: `{"error": {"message": body}}` (OpenAI's shape), with a
+    `Retry-After` header when `retry_after` is set."""
+
     status: int
     body: str = "scripted failure"
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -101,12 +105,12 @@ class FakeModelServer:
                     for k, _, v in (line.partition(":") for line in lines[1:] if line)
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload = await self._respond(json.loads(body or b"{}"), headers)
+                status, payload, extra = await self._respond(json.loads(body or b"{}"), headers)
                 data = payload.encode()
                 reason = "OK" if status == 200 else "Error"
                 head_out = (
                     f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(data)}\r\n\r\n"
+                    f"{extra}Content-Length: {len(data)}\r\n\r\n"
                 )
                 writer.write(head_out.encode() + data)
                 await writer.drain()
@@ -115,7 +119,10 @@ class FakeModelServer:
         finally:
             writer.close()
 
-    async def _respond(self, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, str]:
+    async def _respond(
+        self, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> tuple[int, str, str]:
+        """(status, JSON body, extra header lines)."""
         task = body.get("response_format", {}).get("json_schema", {}).get("name", "")
         question = question_of(body.get("messages") or [])
         self.requests.append(
@@ -127,9 +134,10 @@ class FakeModelServer:
         if self.delay:
             await asyncio.sleep(self.delay)
         if isinstance(reply, HttpError):
-            return reply.status, json.dumps({"error": reply.body})
+            extra = "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
+            return reply.status, json.dumps({"error": {"message": reply.body}}), extra
         content = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
-        return 200, json.dumps(
+        reply_body = json.dumps(
             {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
@@ -144,6 +152,7 @@ class FakeModelServer:
             },
             ensure_ascii=False,
         )
+        return 200, reply_body, ""
 
 
 # ---- reply builders ---------------------------------------------------------------------------

@@ -723,7 +723,7 @@ ROWS += [
     Row(
         "model_endpoint_http_error_is_unavailable",
         Q,
-        model=[(GR, Q, HttpError(503))],
+        model=[(GR, Q, HttpError(500))],  # 503 would be retried
         retrieval=[(Q, [A1])],
         calls=[(GR, Q)],
         queries=[Q],
