@@ -13,6 +13,7 @@ from orchestrator_service.retrieval_client import RetrievalClient
 from orchestrator_service.server import add_servicer
 from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
 from shared.serve import GrpcServer
+from shared.tls import channel_credentials
 
 
 @dataclass
@@ -35,6 +36,13 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         default_timeout=settings.retrieval_timeout_seconds,
         auth_token=settings.auth_token,
         max_query_chars=settings.max_question_chars,
+        credentials=channel_credentials(
+            settings.retrieval_tls_ca_file,
+            settings.retrieval_tls_cert_file,
+            settings.retrieval_tls_key_file,
+        )
+        if settings.retrieval_tls_ca_file
+        else None,
     )
     core = Orchestrator(model, retrieval, max_question_chars=settings.max_question_chars)
     server = GrpcServer(

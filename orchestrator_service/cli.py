@@ -3,6 +3,9 @@
     python -m orchestrator_service ask "问题" [--stream] [--json]
     python -m orchestrator_service resume --snapshot FILE --answer "补充" [--stream] [--json]
 
+TLS: `--tls-ca FILE` (or `--tls` for the system's roots), and `--tls-cert FILE --tls-key FILE`
+when the server requires client certificates (mTLS).
+
 It prints the route, the HITL prompt and options, the evidence and the trace; `--stream` shows
 the progress steps live; `--json` prints the result as one JSON object (steps then go to
 stderr), which `resume --snapshot` accepts back as is (or just its `hitl_resume_state`)."""
@@ -27,7 +30,8 @@ from shared.codec import (
     hitl_state_to_proto,
     rag_trace_from_proto,
 )
-from shared.errors import InvalidArgument
+from shared.errors import ConfigurationError, InvalidArgument
+from shared.tls import add_tls_arguments, credentials_from_arguments
 
 
 def result_to_dict(result: orchestrator_pb2.RunResult) -> dict[str, Any]:
@@ -95,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument("--addr", help="orchestrator address (default localhost:ORCHESTRATOR_PORT)")
     common.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
+    add_tls_arguments(common)
     ask = sub.add_parser("ask", parents=[common], help="run the workflow for a question")
     ask.add_argument("question")
     resume = sub.add_parser("resume", parents=[common], help="answer an HITL follow-up")
@@ -109,7 +114,13 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
         (("authorization", f"Bearer {settings.auth_token}"),) if settings.auth_token else None
     )
     steps_out = sys.stderr if args.json else sys.stdout
-    async with grpc.aio.insecure_channel(addr) as channel:
+    credentials = credentials_from_arguments(args)
+    channel = (
+        grpc.aio.secure_channel(addr, credentials)
+        if credentials is not None
+        else grpc.aio.insecure_channel(addr)
+    )
+    async with channel:
         stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
         if args.command == "ask":
             request: Any = orchestrator_pb2.RunRequest(question=args.question)
@@ -139,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
-    except (OSError, ValueError, InvalidArgument) as exc:
+    except (OSError, ValueError, InvalidArgument, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -136,19 +136,25 @@ class RetrievalClient:
         *,
         default_timeout: float = 30.0,
         auth_token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
         max_query_chars: int = 4000,
     ) -> RetrievalClient:
         """A channel to RETRIEVAL_ADDR. Calls are balanced round-robin over every address the
         target resolves to (`dns:///retrieval:50051` behind a headless Service,
         `ipv4:10.0.0.1:50051,10.0.0.2:50051`); gRPC's default, pick_first, would pin every
         call to one replica. A single address behaves as before. `max_query_chars` is the
-        longest query retrieval accepts (its MAX_QUESTION_CHARS)."""
+        longest query retrieval accepts (its MAX_QUESTION_CHARS). `credentials` = TLS (mTLS
+        when they hold a client certificate); None = plaintext."""
         options: list[tuple[str, str | int]] = [
             ("grpc.lb_policy_name", "round_robin"),
             ("grpc.enable_retries", 1),
             ("grpc.service_config", json.dumps(RETRY_SERVICE_CONFIG)),
         ]
-        channel = grpc.aio.insecure_channel(address, options=options)
+        channel = (
+            grpc.aio.secure_channel(address, credentials, options=options)
+            if credentials is not None
+            else grpc.aio.insecure_channel(address, options=options)
+        )
         return cls(
             channel,
             default_timeout=default_timeout,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from shared.settings import ServerSettings
 
@@ -17,6 +17,13 @@ class OrchestratorSettings(ServerSettings):
     retrieval_timeout_seconds: float = Field(
         30.0, gt=0, description="Per-call deadline to retrieval when the caller set none."
     )
+    retrieval_tls_ca_file: str | None = Field(
+        None, description="Set = TLS to retrieval, verified against this PEM CA bundle."
+    )
+    retrieval_tls_cert_file: str | None = Field(
+        None, description="Client certificate presented to retrieval (mTLS)."
+    )
+    retrieval_tls_key_file: str | None = Field(None, description="Its private key.")
 
     llm_base_url: str | None = Field(None, description="Unset = the built-in local model.")
     llm_api_key: str | None = None
@@ -34,3 +41,13 @@ class OrchestratorSettings(ServerSettings):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value
+
+    @model_validator(mode="after")
+    def _retrieval_tls_files_come_together(self) -> OrchestratorSettings:
+        if bool(self.retrieval_tls_cert_file) != bool(self.retrieval_tls_key_file):
+            raise ValueError(
+                "RETRIEVAL_TLS_CERT_FILE and RETRIEVAL_TLS_KEY_FILE are set together or not at all"
+            )
+        if self.retrieval_tls_cert_file and not self.retrieval_tls_ca_file:
+            raise ValueError("RETRIEVAL_TLS_CERT_FILE needs RETRIEVAL_TLS_CA_FILE")
+        return self

@@ -1,7 +1,9 @@
 """`python -m retrieval_service ingest PATH…` (files or folders, recursively), `list` and
 `delete NAME…`: a client of the running service's RPCs (the service owns the store; Milvus
 Lite allows one process per data directory). Target: RETRIEVAL_ADDR, else
-localhost:RETRIEVAL_PORT."""
+localhost:RETRIEVAL_PORT; TLS as the orchestrator reaches retrieval (RETRIEVAL_TLS_CA_FILE, and
+RETRIEVAL_TLS_CERT_FILE / RETRIEVAL_TLS_KEY_FILE for mTLS), or the flags `--tls-ca`,
+`--tls-cert`, `--tls-key` (`--tls`: the system's roots)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from shared.errors import ConfigurationError
 from shared.files import collect_files
+from shared.tls import add_tls_arguments, credentials_from_arguments
 
 # A batch stays well under the default 64 MiB gRPC message limit.
 _BATCH_BYTES = 8 * 1024 * 1024
@@ -30,6 +34,9 @@ class CliSettings(BaseSettings):
     retrieval_addr: str | None = None
     retrieval_port: int = 50051
     auth_token: str | None = None
+    retrieval_tls_ca_file: str | None = None
+    retrieval_tls_cert_file: str | None = None
+    retrieval_tls_key_file: str | None = None
 
     @property
     def target(self) -> str:
@@ -144,18 +151,37 @@ def list_documents(stub: retrieval_pb2_grpc.RetrievalServiceStub, md: list) -> i
 
 
 def main(argv: list[str]) -> int:
+    settings = CliSettings()
     parser = argparse.ArgumentParser(prog="python -m retrieval_service")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_ingest = sub.add_parser("ingest", help="ingest files or folders (recursively)")
+    common = argparse.ArgumentParser(add_help=False)
+    add_tls_arguments(common)
+    common.set_defaults(
+        tls_ca=settings.retrieval_tls_ca_file,
+        tls_cert=settings.retrieval_tls_cert_file,
+        tls_key=settings.retrieval_tls_key_file,
+    )
+    p_ingest = sub.add_parser(
+        "ingest", parents=[common], help="ingest files or folders (recursively)"
+    )
     p_ingest.add_argument("paths", nargs="+")
-    sub.add_parser("list", help="list the knowledge base's documents")
-    p_delete = sub.add_parser("delete", help="delete documents by file name")
+    sub.add_parser("list", parents=[common], help="list the knowledge base's documents")
+    p_delete = sub.add_parser("delete", parents=[common], help="delete documents by file name")
     p_delete.add_argument("filenames", nargs="+")
     args = parser.parse_args(argv)
 
-    settings = CliSettings()
     md = _metadata(settings)
-    with grpc.insecure_channel(settings.target) as channel:
+    try:
+        credentials = credentials_from_arguments(args)
+    except (ValueError, ConfigurationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    channel = (
+        grpc.secure_channel(settings.target, credentials)
+        if credentials is not None
+        else grpc.insecure_channel(settings.target)
+    )
+    with channel:
         stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
         try:
             if args.command == "ingest":

@@ -1,6 +1,7 @@
 """The gRPC runtime both services share: a `grpc.aio` server with health and reflection, one
 interceptor mapping domain errors to status codes (docs/api.md#status-codes), optional
-bearer-token auth, and graceful shutdown (SIGTERM/SIGINT → NOT_SERVING → drain → stop)."""
+bearer-token auth, TLS or mTLS with certificates reloaded on change (shared.tls), and graceful
+shutdown (SIGTERM/SIGINT → NOT_SERVING → drain → stop)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from shared.errors import (
     ResourceExhausted,
 )
 from shared.settings import ServerSettings
+from shared.tls import server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +271,11 @@ class GrpcServer:
         self._service_names = tuple(service_names)
         self._add_servicers = add_servicers
         self._server: grpc.aio.Server | None = None
+        self._health_server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.limiter = ConcurrencyLimitInterceptor(settings.max_concurrent_rpcs)
         self.port = 0
+        self.health_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -303,9 +307,14 @@ class GrpcServer:
     async def start(self) -> int:
         """Bind and start; returns the bound port (an ephemeral one when asked for port 0)."""
         self._server = server = self._build()
-        address = f"{self._settings.bind_host}:{self._requested_port}"
+        s = self._settings
+        address = f"{s.bind_host}:{self._requested_port}"
+        credentials = server_credentials(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)
         try:
-            self.port = server.add_insecure_port(address)
+            if credentials is None:
+                self.port = server.add_insecure_port(address)
+            else:
+                self.port = server.add_secure_port(address, credentials)
         except RuntimeError:  # grpc's "Failed to bind to address"
             self.port = 0
         if self.port == 0:
@@ -313,6 +322,8 @@ class GrpcServer:
                 f"{self._port_setting}: cannot listen on {address} (the port is in use, or "
                 "BIND_HOST is not an address of this machine)"
             )
+        if s.health_port is not None:
+            await self._start_health_server(s.health_port)
         await server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s on %s", ", ".join(self._service_names), self.address)
@@ -326,6 +337,22 @@ class GrpcServer:
         log.info("draining %s (grace %.1fs)", self.address, grace)
         if self._server is not None:
             await self._server.stop(grace)
+        if self._health_server is not None:
+            await self._health_server.stop(None)
+
+    async def _start_health_server(self, port: int) -> None:
+        # Plaintext and health only: kubelet's gRPC probes cannot speak TLS. It shares the
+        # HealthServicer, so it reports NOT_SERVING during the drain like the main port.
+        self._health_server = server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        address = f"{self._settings.bind_host}:{port}"
+        try:
+            self.health_port = server.add_insecure_port(address)
+        except RuntimeError:  # grpc's "Failed to bind to address"
+            self.health_port = 0
+        if self.health_port == 0:
+            raise ConfigurationError(f"HEALTH_PORT: cannot listen on {address}")
+        await server.start()
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:

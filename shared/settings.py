@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -36,6 +36,25 @@ class ServerSettings(BaseSettings):
         description="Calls served at once; beyond it RESOURCE_EXHAUSTED (health is exempt).",
     )
 
+    tls_cert_file: str | None = Field(
+        None, description="PEM certificate chain; with TLS_KEY_FILE the server speaks TLS only."
+    )
+    tls_key_file: str | None = Field(None, description="PEM private key of TLS_CERT_FILE.")
+    tls_client_ca_file: str | None = Field(
+        None,
+        description="PEM CA bundle; set = mTLS (clients must present a certificate it signed).",
+    )
+    health_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="A second, plaintext port serving only grpc.health.v1 (kubelet gRPC probes "
+        "cannot speak TLS); unset = none.",
+    )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="HTTP port of the Prometheus `/metrics`; unset = off."
+    )
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -44,3 +63,11 @@ class ServerSettings(BaseSettings):
         if value.upper() not in names:
             raise ValueError(f"must be one of {', '.join(names)}")
         return value.upper()
+
+    @model_validator(mode="after")
+    def _tls_files_come_together(self) -> ServerSettings:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("TLS_CERT_FILE and TLS_KEY_FILE are set together or not at all")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("TLS_CLIENT_CA_FILE needs TLS_CERT_FILE and TLS_KEY_FILE")
+        return self

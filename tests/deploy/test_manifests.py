@@ -3,7 +3,9 @@ Kubernetes schemas that kubernetes-validate ships; the manifests cannot drift fr
 ConfigMap keys are settings env names and parse as those settings, ports are the settings'
 defaults, probe service names are the SERVICE_NAME constants, the grace period outlasts the
 server's drain, secrets come from Secret refs only, and the orchestrator reaches retrieval
-through the headless Service of its own namespace."""
+through the headless Service of its own namespace. Issue 13: probes on the plaintext
+HEALTH_PORT, the METRICS_PORT scraped by a ServiceMonitor (prod), NetworkPolicies, OTEL
+variables, and in prod TLS files from mounted Secrets (mTLS between the services)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,18 @@ REQUIRED_IN_PROD = {"AUTH_TOKEN", "MILVUS_TOKEN"}
 # Container env that is not a setting: process environment for the runtime.
 RUNTIME_ENV = {"HOME", "OMP_NUM_THREADS"}
 CLUSTER_SCOPED = {"Namespace"}
+# Standard OpenTelemetry SDK variables: read by the SDK, not settings, yet allowed in the config.
+OTEL_ENV = {
+    "OTEL_SERVICE_NAME",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_RESOURCE_ATTRIBUTES",
+}
+# Custom resources: no schema ships with kubernetes-validate; checked by their own tests.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+TLS_DIR = "/etc/supermew/tls"
 
 
 @dataclass(frozen=True)
@@ -126,6 +140,8 @@ def test_every_object_validates_against_the_kubernetes_schema(rendered: Rendered
     assert rendered.objects, f"{rendered.tree} rendered nothing"
     for obj in rendered.objects:
         label = f"{rendered.tree}: {obj['kind']}/{obj['metadata']['name']}"
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
+            continue
         try:
             kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -155,11 +171,22 @@ def test_ports_match_the_settings_defaults(rendered: Rendered, service: str) -> 
     spec = SERVICES[service]
     deployment = rendered.get("Deployment", spec.name)
     c = container(deployment, spec.name)
-    assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [("grpc", spec.port)]
-    assert config_of(rendered, spec)[spec.port_field.upper()] == str(spec.port)
+    config = config_of(rendered, spec)
+    health, metrics = int(config["HEALTH_PORT"]), int(config["METRICS_PORT"])
+    assert metrics == 9090 and len({spec.port, health, metrics}) == 3
+    assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [
+        ("grpc", spec.port),
+        ("health", health),
+        ("metrics", metrics),
+    ]
+    assert config[spec.port_field.upper()] == str(spec.port)
     svc = rendered.get("Service", spec.name)
-    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("grpc", spec.port)]
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [
+        ("grpc", spec.port),
+        ("metrics", metrics),
+    ]
     assert svc["spec"]["ports"][0]["targetPort"] in ("grpc", spec.port)
+    assert svc["spec"]["ports"][1]["targetPort"] in ("metrics", metrics)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert selects(svc["spec"]["selector"], pod_labels)
     assert selects(deployment["spec"]["selector"]["matchLabels"], pod_labels)
@@ -167,14 +194,17 @@ def test_ports_match_the_settings_defaults(rendered: Rendered, service: str) -> 
 
 @services
 def test_probes_are_native_grpc_health_checks(rendered: Rendered, service: str) -> None:
+    # On the plaintext HEALTH_PORT: kubelet's gRPC probes cannot speak TLS, which prod serves
+    # on the service port.
     spec = SERVICES[service]
+    port = int(config_of(rendered, spec)["HEALTH_PORT"])
     c = container(rendered.get("Deployment", spec.name), spec.name)
     readiness, liveness = c["readinessProbe"]["grpc"], c["livenessProbe"]["grpc"]
-    assert readiness == {"port": spec.port, "service": spec.service_name}
-    assert liveness["port"] == spec.port and liveness.get("service", "") == ""
+    assert readiness == {"port": port, "service": spec.service_name}
+    assert liveness["port"] == port and liveness.get("service", "") == ""
     if "startupProbe" in c:
         startup = c["startupProbe"]["grpc"]
-        assert startup["port"] == spec.port and startup.get("service", "") == ""
+        assert startup["port"] == port and startup.get("service", "") == ""
 
 
 @services
@@ -239,7 +269,8 @@ def test_every_image_is_pinned(rendered: Rendered) -> None:
 def test_config_keys_are_settings_env_names(rendered: Rendered, service: str) -> None:
     spec = SERVICES[service]
     data = config_of(rendered, spec)
-    assert set(data) <= spec.env_names, f"not settings: {sorted(set(data) - spec.env_names)}"
+    unknown = set(data) - spec.env_names - OTEL_ENV
+    assert not unknown, f"not settings: {sorted(unknown)}"
     assert not set(data) & CREDENTIALS, "credentials belong in the Secret"
     assert all(str(v).strip() for v in data.values()), "a blank value is not 'unset'"
     assert data["BIND_HOST"] == "0.0.0.0"
@@ -393,7 +424,8 @@ def test_prod_terminates_tls_at_the_ingress() -> None:
     r = Rendered("prod")
     ingress = r.get("Ingress", "orchestrator")
     annotations = ingress["metadata"]["annotations"]
-    assert annotations["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    # GRPCS since issue 13: the orchestrator serves TLS in prod, behind the Ingress too.
+    assert annotations["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPCS"
     tls_hosts = {h for t in ingress["spec"]["tls"] for h in t["hosts"]}
     for rule in ingress["spec"]["rules"]:
         assert rule["host"] in tls_hosts
@@ -403,3 +435,131 @@ def test_prod_terminates_tls_at_the_ingress() -> None:
             assert backend["port"]["name"] in [p["name"] for p in svc["spec"]["ports"]]
     labels = r.get("Namespace", r.namespace)["metadata"].get("labels", {})
     assert labels.get("pod-security.kubernetes.io/enforce") == "restricted"
+
+
+# ---- issue 13: metrics, NetworkPolicies, OTEL, TLS ----------------------------------------------
+
+
+def _pods_selected(r: Rendered, selector: dict[str, str]) -> set[str]:
+    return {
+        d["metadata"]["name"]
+        for d in r.all("Deployment")
+        if selects(selector, d["spec"]["template"]["metadata"]["labels"])
+    }
+
+
+def test_prod_service_monitors_scrape_each_service_once() -> None:
+    r = Rendered("prod")
+    monitors = {m["metadata"]["name"]: m for m in r.all("ServiceMonitor")}
+    assert set(monitors) == set(SERVICES)
+    for name, monitor in monitors.items():
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        [endpoint] = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics"
+        scraped = [
+            s
+            for s in r.all("Service")
+            if selects(selector, s["metadata"].get("labels", {}))
+            and endpoint["port"] in [p["name"] for p in s["spec"]["ports"]]
+        ]
+        # One Service with the port: two would scrape every pod twice.
+        assert [s["metadata"]["name"] for s in scraped] == [name]
+        assert _pods_selected(r, scraped[0]["spec"]["selector"]) == {name}
+        metrics = int(config_of(r, SERVICES[name])["METRICS_PORT"])
+        port = next(p for p in scraped[0]["spec"]["ports"] if p["name"] == endpoint["port"])
+        assert port["port"] == metrics
+    for tree in ("base", "dev"):
+        assert not Rendered(tree).all("ServiceMonitor"), "the CRD is a prod prerequisite"
+
+
+def _policy_rules(r: Rendered, name: str) -> dict[str, list[dict[str, Any]]]:
+    """A NetworkPolicy's ingress rules by the port name they open."""
+    policy = r.get("NetworkPolicy", name)["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    assert _pods_selected(r, policy["podSelector"]["matchLabels"]) == {name}
+    rules: dict[str, list[dict[str, Any]]] = {}
+    for rule in policy["ingress"]:
+        for port in rule["ports"]:
+            rules.setdefault(port["port"], []).extend(rule["from"])
+    return rules
+
+
+def test_only_the_orchestrator_reaches_retrieval(rendered: Rendered) -> None:
+    rules = _policy_rules(rendered, "retrieval")
+    assert set(rules) == {"grpc", "metrics"}
+    [peer] = rules["grpc"]
+    assert set(peer) == {"podSelector"}, "a namespaceSelector would admit other namespaces"
+    assert _pods_selected(rendered, peer["podSelector"]["matchLabels"]) == {"orchestrator"}
+    [scraper] = rules["metrics"]
+    assert scraper == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    }
+
+
+def test_only_the_ingress_reaches_the_orchestrator_in_prod() -> None:
+    r = Rendered("prod")
+    rules = _policy_rules(r, "orchestrator")
+    assert set(rules) == {"grpc", "metrics"}
+    [peer] = rules["grpc"]
+    assert peer["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
+    }
+    assert peer["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}}
+    assert r.get("Ingress", "orchestrator")["spec"]["ingressClassName"] == "nginx"
+
+
+@services
+def test_otel_variables_name_the_service_and_export_only_in_prod(
+    rendered: Rendered, service: str
+) -> None:
+    data = config_of(rendered, SERVICES[service])
+    assert data["OTEL_SERVICE_NAME"] == service
+    assert data["OTEL_EXPORTER_OTLP_PROTOCOL"] in ("http/protobuf", "grpc")
+    endpoint = data.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if rendered.tree == "prod":
+        assert endpoint and re.fullmatch(r"https?://[a-z0-9.-]+:\d+", endpoint), endpoint
+    else:
+        assert endpoint is None, "export is off unless an overlay names a collector"
+
+
+def _tls_mount(r: Rendered, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    deployment = r.get("Deployment", name)
+    mounts = [m for m in container(deployment, name).get("volumeMounts", []) if m["name"] == "tls"]
+    volumes = [v for v in pod_spec(deployment).get("volumes", []) if v["name"] == "tls"]
+    assert len(mounts) == 1 and len(volumes) == 1, f"{r.tree}/{name}: no tls volume"
+    return mounts[0], volumes[0]
+
+
+def test_prod_serves_tls_from_mounted_secrets_and_mtls_between_the_services() -> None:
+    r = Rendered("prod")
+    files: dict[str, dict[str, str]] = {}
+    for name, spec in SERVICES.items():
+        mount, volume = _tls_mount(r, name)
+        assert mount["mountPath"] == TLS_DIR and mount["readOnly"] is True
+        # A subPath mount never sees a renewed Secret: the reload would not happen.
+        assert "subPath" not in mount
+        assert volume["secret"]["secretName"] == f"{name}-grpc-tls"
+        data = config_of(r, spec)
+        files[name] = {k: v for k, v in data.items() if "TLS_" in k}
+        for key, path in files[name].items():
+            assert path.startswith(TLS_DIR + "/"), f"{key}={path} is outside the mounted Secret"
+        parsed = {k.lower(): v for k, v in data.items() if k in spec.env_names}
+        spec.settings.model_validate(parsed)  # the TLS settings' pairing rules hold
+    assert files["retrieval"] == {
+        "TLS_CERT_FILE": f"{TLS_DIR}/tls.crt",
+        "TLS_KEY_FILE": f"{TLS_DIR}/tls.key",
+        "TLS_CLIENT_CA_FILE": f"{TLS_DIR}/ca.crt",  # mTLS: only a certificate of the CA
+    }
+    orchestrator = files["orchestrator"]
+    assert orchestrator["TLS_CERT_FILE"] == orchestrator["RETRIEVAL_TLS_CERT_FILE"]
+    assert orchestrator["TLS_KEY_FILE"] == orchestrator["RETRIEVAL_TLS_KEY_FILE"]
+    assert orchestrator["RETRIEVAL_TLS_CA_FILE"] == f"{TLS_DIR}/ca.crt"
+    assert "TLS_CLIENT_CA_FILE" not in orchestrator, "the Ingress presents no client certificate"
+
+
+def test_dev_and_base_stay_plaintext() -> None:
+    for tree in ("base", "dev"):
+        r = Rendered(tree)
+        for spec in SERVICES.values():
+            assert not [k for k in config_of(r, spec) if "TLS_" in k], f"{tree}/{spec.name}"
