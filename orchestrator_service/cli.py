@@ -1,14 +1,16 @@
 """The command line of the orchestrator, calling its RPCs at localhost:ORCHESTRATOR_PORT:
 
-    python -m orchestrator_service ask "问题" [--stream] [--json]
+    python -m orchestrator_service ask "问题" [--stream] [--json] [--no-answer]
     python -m orchestrator_service resume --snapshot FILE --answer "补充" [--stream] [--json]
 
 TLS: `--tls-ca FILE` (or `--tls` for the system's roots), and `--tls-cert FILE --tls-key FILE`
 when the server requires client certificates (mTLS).
 
-It prints the route, the HITL prompt and options, the evidence and the trace; `--stream` shows
-the progress steps live; `--json` prints the result as one JSON object (steps then go to
-stderr), which `resume --snapshot` accepts back as is (or just its `hitl_resume_state`)."""
+It asks for a grounded answer (unless `--no-answer`) and prints the route, the answer with its
+numbered sources, the HITL prompt and options, and a compact evidence list (one line per
+chunk); `--stream` shows the progress steps and the answer live; `--json` prints the whole
+result, trace included, as one JSON object (steps then go to stderr), which `resume --snapshot`
+accepts back as is (or just its `hitl_resume_state`)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,26 @@ from shared.codec import (
 from shared.errors import ConfigurationError, InvalidArgument
 from shared.tls import add_tls_arguments, credentials_from_arguments
 
+#: Characters of a chunk's text shown in the evidence list (`--json` has them all).
+SNIPPET_CHARS = 90
+
+
+def answer_to_dict(answer: orchestrator_pb2.Answer) -> dict[str, Any]:
+    return {
+        "text": answer.text,
+        "citations": [
+            {
+                "index": c.index,
+                "filename": c.filename,
+                "page_number": c.page_number,
+                "quote": c.quote,
+            }
+            for c in answer.citations
+        ],
+        "model": answer.model,
+        "partial": answer.partial,
+    }
+
 
 def result_to_dict(result: orchestrator_pb2.RunResult) -> dict[str, Any]:
     return {
@@ -47,6 +69,7 @@ def result_to_dict(result: orchestrator_pb2.RunResult) -> dict[str, Any]:
         "hitl_resume_state": hitl_state_from_proto(result.hitl_resume_state)
         if result.HasField("hitl_resume_state")
         else None,
+        "answer": answer_to_dict(result.answer) if result.HasField("answer") else None,
     }
 
 
@@ -70,13 +93,33 @@ def print_result(data: dict[str, Any], out: TextIO) -> None:
             print(f"          - {option}", file=out)
         print("snapshot: " + json.dumps(data["hitl_resume_state"], ensure_ascii=False), file=out)
         print("          (save `ask --json` output and pass it to `resume --snapshot`)", file=out)
+    answer = data.get("answer")
+    if answer is not None:
+        label = "answer:   " + ("(partial evidence) " if answer["partial"] else "")
+        print(label + answer["text"].replace("\n", "\n          "), file=out)
+        print(f"sources:  {len(answer['citations'])} cited, written by {answer['model']}", file=out)
+        for c in answer["citations"]:
+            print(f"  [{c['index']}] {c['filename']} (Page {c['page_number']})", file=out)
+            print(f"      “{c['quote']}”", file=out)
     print(f"evidence: {len(data['docs'])} chunk(s)", file=out)
     for i, doc in enumerate(data["docs"], start=1):
         score = doc.get("rerank_score", doc.get("score"))
         print(f"  [{i}] {doc['filename']} (Page {doc['page_number']}) score={score:.4f}", file=out)
-        print("      " + doc["text"].replace("\n", "\n      "), file=out)
-    print("trace:", file=out)
-    print(json.dumps(trace, ensure_ascii=False, indent=2), file=out)
+        print(f"      {snippet(doc['text'])}", file=out)
+    print(f"trace:    {trace_summary(trace)} (--json prints the whole trace)", file=out)
+
+
+def snippet(text: str) -> str:
+    """A chunk's text on one line, cut to SNIPPET_CHARS."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
+
+
+def trace_summary(trace: dict[str, Any]) -> str:
+    parts = [f"{key}={trace[key]}" for key in ("complexity", "retrieval_stage") if key in trace]
+    if trace.get("evidence_confidence") is not None:
+        parts.append(f"confidence={trace['evidence_confidence']:.2f}")
+    return ", ".join(parts) or "empty"
 
 
 def load_snapshot(path: str) -> ResumeSnapshot:
@@ -96,7 +139,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--stream", action="store_true", help="show progress steps live")
-    common.add_argument("--json", action="store_true", help="print the result as JSON")
+    common.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    common.add_argument(
+        "--no-answer", action="store_true", help="return the evidence without writing an answer"
+    )
     common.add_argument("--addr", help="orchestrator address (default localhost:ORCHESTRATOR_PORT)")
     common.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
     add_tls_arguments(common)
@@ -123,21 +169,33 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
     async with channel:
         stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
         if args.command == "ask":
-            request: Any = orchestrator_pb2.RunRequest(question=args.question)
+            request: Any = orchestrator_pb2.RunRequest(
+                question=args.question, generate_answer=not args.no_answer
+            )
             unary, stream = stub.Run, stub.StreamRun
         else:
             request = orchestrator_pb2.ResumeRequest(
                 resume_state=hitl_state_to_proto(load_snapshot(args.snapshot).to_dict()),
                 user_answer=args.answer,
+                generate_answer=not args.no_answer,
             )
             unary, stream = stub.Resume, stub.StreamResume
         if not args.stream:
             return result_to_dict(await unary(request, timeout=args.timeout, metadata=metadata))
         events: AsyncIterator[Any] = stream(request, timeout=args.timeout, metadata=metadata)
+        answering = False
         async for event in events:
-            if event.WhichOneof("event") == "step":
+            kind = event.WhichOneof("event")
+            if kind == "step":
                 print(format_step(event.step), file=steps_out, flush=True)
+            elif kind == "answer_delta":
+                if not answering:
+                    print("  ✍️  ", end="", file=steps_out)
+                    answering = True
+                print(event.answer_delta.text, end="", file=steps_out, flush=True)
             else:
+                if answering:
+                    print(file=steps_out)
                 return result_to_dict(event.result)
     raise RuntimeError("the stream ended without a result")
 

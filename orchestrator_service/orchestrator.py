@@ -1,24 +1,45 @@
 """The orchestrator core: validates a request, runs the compiled graph with the request's
 runtime context, and shapes the outcome (S.docs/context, the normalised trace and, on HITL,
-the resume snapshot beside it — SPEC.md §1, §7). The gRPC servicer is a thin adapter over it."""
+the resume snapshot beside it — SPEC.md §1, §7). When asked, it then writes the grounded
+answer from the final evidence (docs/api.md#grounded-answers), outside the graph and the trace.
+The gRPC servicer is a thin adapter over it."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator_service import steps
+from orchestrator_service.answer import (
+    Answer,
+    MarkerFilter,
+    build_citations,
+    join_note,
+    partial_note,
+)
 from orchestrator_service.graph import RagGraph, build_rag_graph, build_resume_graph
-from orchestrator_service.models.base import ModelClient
+from orchestrator_service.models.base import TASK_ANSWER, ModelClient
+from orchestrator_service.models.local.text import is_chinese
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
+from shared.errors import DeadlineExceeded, ModelOutputInvalid
 from shared.normalize import normalize_rag_trace
 from shared.text_input import check_text
+from shared.trace_fields import RetrievalStatus, Route
+
+#: Receives each piece of the answer as it is written (a stream's AnswerDelta events).
+AnswerSink = Callable[[str], None]
+
+
+def _discard(_text: str) -> None:
+    return None
+
 
 # One compilation per process: compiled graphs are stateless and shared by all requests.
 _RAG_GRAPH: RagGraph | None = None
@@ -43,6 +64,8 @@ class RunOutcome:
     context: str
     rag_trace: dict[str, Any] | None
     hitl_resume_state: dict[str, Any] | None
+    #: Set only when an answer was asked for and the route is answer.
+    answer: Answer | None = None
 
 
 class Orchestrator:
@@ -66,23 +89,34 @@ class Orchestrator:
         return RunContext(self.model, self.retrieval, steps_sink, deadline)
 
     async def run(
-        self, question: str, *, timeout: float | None = None, steps_sink: StepSink = NULL_SINK
+        self,
+        question: str,
+        *,
+        generate_answer: bool = False,
+        timeout: float | None = None,
+        steps_sink: StepSink = NULL_SINK,
+        answer_sink: AnswerSink = _discard,
     ) -> RunOutcome:
-        """The full graph for a new question. `timeout`: seconds left of the caller's deadline."""
+        """The full graph for a new question. `timeout`: seconds left of the caller's deadline.
+        With `generate_answer`, an answer route also gets its answer, each piece passed to
+        `answer_sink` as it is written."""
         self._check_text("question", question)
         ctx = self._context(steps_sink, timeout)
         final = await self._graph.ainvoke(initial_state(question), context=ctx)
-        return _outcome(final)
+        return await self._finish(final, ctx, generate_answer, answer_sink)
 
     async def resume(
         self,
         resume_state: Mapping[str, Any],
         user_answer: str,
         *,
+        generate_answer: bool = False,
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
+        answer_sink: AnswerSink = _discard,
     ) -> RunOutcome:
-        """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading."""
+        """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading; then the
+        answer as for `run`."""
         snapshot = ResumeSnapshot.from_mapping(resume_state)
         self._check_text("user_answer", user_answer)
         state = state_from_resume(snapshot, user_answer)
@@ -90,7 +124,69 @@ class Orchestrator:
         ctx = self._context(steps_sink, timeout)
         ctx.emit(state, steps.RESUME, user_answer)
         final = await self._resume_graph.ainvoke(state, context=ctx)
-        return _outcome(final)
+        return await self._finish(final, ctx, generate_answer, answer_sink)
+
+    async def _finish(
+        self,
+        final: Mapping[str, Any],
+        ctx: RunContext,
+        generate_answer: bool,
+        answer_sink: AnswerSink,
+    ) -> RunOutcome:
+        outcome = _outcome(final)
+        if not generate_answer or outcome.route != Route.ANSWER or not outcome.docs:
+            return outcome
+        answer = await self._write_answer(outcome, _missing_slots(final), ctx, answer_sink)
+        return replace(outcome, answer=answer)
+
+    async def _write_answer(
+        self,
+        outcome: RunOutcome,
+        missing_slots: list[str],
+        ctx: RunContext,
+        answer_sink: AnswerSink,
+    ) -> Answer:
+        """`answer_generation` over the final docs, bounded by the caller's deadline as a
+        whole (not per piece). Markers outside the docs never reach the sink."""
+        docs, partial = outcome.docs, outcome.retrieval_status == RetrievalStatus.PARTIAL
+        markers = MarkerFilter(len(docs))
+        written: list[str] = []
+
+        def send(text: str) -> None:
+            if text:
+                written.append(text)
+                answer_sink(text)
+
+        left = ctx.time_left()
+        try:
+            async with asyncio.timeout(left):
+                async for piece in self.model.stream_answer(
+                    outcome.question, docs, missing_slots=missing_slots, timeout=left
+                ):
+                    send(markers.feed(piece))
+        except TimeoutError as exc:
+            raise DeadlineExceeded("deadline exceeded while the answer was written") from exc
+        send(markers.finish())
+        if not "".join(written).strip():
+            raise ModelOutputInvalid(TASK_ANSWER, "the answer is empty")
+        if partial:
+            send(
+                join_note(
+                    "".join(written),
+                    partial_note(missing_slots, chinese=is_chinese(outcome.question)),
+                )
+            )
+        text = "".join(written)
+        return Answer(text, build_citations(text, docs), self.model.answer_model, partial)
+
+
+def _missing_slots(state: Mapping[str, Any]) -> list[str]:
+    """The grade's missing_slots; after synthesis, those of the children that were partial."""
+    slots = list(state.get("missing_slots") or ())
+    for child in state.get("sub_results") or ():
+        if child.get("retrieval_status") == RetrievalStatus.PARTIAL:
+            slots.extend((child.get("rag_trace") or {}).get("missing_slots") or ())
+    return list(dict.fromkeys(slot for slot in slots if slot.strip()))
 
 
 def _outcome(state: Mapping[str, Any]) -> RunOutcome:

@@ -1,17 +1,20 @@
 """The OrchestratorService servicer: proto in → one call into the `Orchestrator` core → proto
-out. Streams run the core as a task and forward its progress steps, then the one result."""
+out. Streams run the core as a task and forward its progress steps and answer pieces in the
+order the core produced them, then the one result."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
 
+from orchestrator_service.answer import Answer
 from orchestrator_service.orchestrator import Orchestrator, RunOutcome
-from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, StepSink
+from orchestrator_service.steps import RECEIVED, QueueStepSink, Step
 from shared.codec import (
     chunk_to_proto,
     hitl_state_from_proto,
@@ -32,7 +35,23 @@ def result_to_proto(outcome: RunOutcome) -> orchestrator_pb2.RunResult:
         result.rag_trace.CopyFrom(rag_trace_to_proto(outcome.rag_trace))
     if outcome.hitl_resume_state is not None:
         result.hitl_resume_state.CopyFrom(hitl_state_to_proto(outcome.hitl_resume_state))
+    if outcome.answer is not None:
+        result.answer.CopyFrom(answer_to_proto(outcome.answer))
     return result
+
+
+def answer_to_proto(answer: Answer) -> orchestrator_pb2.Answer:
+    return orchestrator_pb2.Answer(
+        text=answer.text,
+        citations=[
+            orchestrator_pb2.Citation(
+                index=c.index, filename=c.filename, page_number=c.page_number, quote=c.quote
+            )
+            for c in answer.citations
+        ],
+        model=answer.model,
+        partial=answer.partial,
+    )
 
 
 def step_to_proto(step: Step) -> trace_pb2.RagStep:
@@ -58,7 +77,11 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     async def Run(
         self, request: orchestrator_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> orchestrator_pb2.RunResult:
-        outcome = await self._core.run(request.question, timeout=_time_left(context))
+        outcome = await self._core.run(
+            request.question,
+            generate_answer=request.generate_answer,
+            timeout=_time_left(context),
+        )
         return result_to_proto(outcome)
 
     async def Resume(
@@ -67,6 +90,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
         outcome = await self._core.resume(
             hitl_state_from_proto(request.resume_state),
             request.user_answer,
+            generate_answer=request.generate_answer,
             timeout=_time_left(context),
         )
         return result_to_proto(outcome)
@@ -76,7 +100,13 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
         timeout = _time_left(context)
         async for event in _stream(
-            lambda sink: self._core.run(request.question, timeout=timeout, steps_sink=sink)
+            lambda sink: self._core.run(
+                request.question,
+                generate_answer=request.generate_answer,
+                timeout=timeout,
+                steps_sink=sink,
+                answer_sink=sink.answer,
+            )
         ):
             yield event
 
@@ -87,24 +117,56 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
         snapshot = hitl_state_from_proto(request.resume_state)
         async for event in _stream(
             lambda sink: self._core.resume(
-                snapshot, request.user_answer, timeout=timeout, steps_sink=sink
+                snapshot,
+                request.user_answer,
+                generate_answer=request.generate_answer,
+                timeout=timeout,
+                steps_sink=sink,
+                answer_sink=sink.answer,
             )
         ):
             yield event
 
 
+class _EventSink(QueueStepSink):
+    """The steps and the answer pieces of one stream, in one queue so their order is the order
+    the core produced them (every step before the first piece)."""
+
+    def answer(self, text: str) -> None:
+        self._queue.put_nowait(_AnswerPiece(text))
+
+    async def events(self) -> AsyncIterator[orchestrator_pb2.RunEvent]:
+        while True:
+            item = await self._queue.get()
+            if item is self._CLOSED:
+                return
+            if isinstance(item, _AnswerPiece):
+                yield orchestrator_pb2.RunEvent(
+                    answer_delta=orchestrator_pb2.AnswerDelta(text=item.text)
+                )
+            else:
+                assert isinstance(item, Step)
+                yield orchestrator_pb2.RunEvent(step=step_to_proto(item))
+
+
+@dataclass(frozen=True, slots=True)
+class _AnswerPiece:
+    text: str
+
+
 async def _stream(
-    start: Callable[[StepSink], Awaitable[RunOutcome]],
+    start: Callable[[_EventSink], Awaitable[RunOutcome]],
 ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
-    """ "📨 request received" first, then each step as the nodes emit it, then exactly one
-    result. An error of the run propagates after the steps emitted before it."""
+    """ "📨 request received" first, then each step as the nodes emit it, then the answer's
+    pieces when one is written, then exactly one result. An error of the run propagates after
+    the events emitted before it (a cut answer stream ends in an error, never a result)."""
     yield orchestrator_pb2.RunEvent(step=step_to_proto(RECEIVED))
-    sink = QueueStepSink()
+    sink = _EventSink()
     task: asyncio.Task[Any] = asyncio.ensure_future(start(sink))
     task.add_done_callback(lambda _t: sink.close())
     try:
-        async for step in sink:
-            yield orchestrator_pb2.RunEvent(step=step_to_proto(step))
+        async for event in sink.events():
+            yield event
         outcome = await task
     finally:
         if not task.done():

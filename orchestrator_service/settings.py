@@ -30,6 +30,7 @@ class OrchestratorSettings(ServerSettings):
     model: str | None = None
     grade_model: str | None = Field(None, description="Defaults to MODEL.")
     fast_model: str | None = Field(None, description="Defaults to MODEL.")
+    answer_model: str | None = Field(None, description="Writes answers; defaults to MODEL.")
     llm_timeout_seconds: float = Field(60.0, gt=0)
 
     @field_validator("llm_base_url")

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def build_model_client(settings: OrchestratorSettings) -> ModelClient:
-    """LLM_BASE_URL set → the remote client for all three tasks (never silently replaced by
+    """LLM_BASE_URL set → the remote client for every task (never silently replaced by
     the local model when it fails); unset → the built-in local model."""
     if settings.llm_base_url:
         from orchestrator_service.models.remote import RemoteModelClient
@@ -29,13 +29,15 @@ def build_model_client(settings: OrchestratorSettings) -> ModelClient:
             model=settings.model or settings.fast_model or "",
             grade_model=settings.grade_model,
             fast_model=settings.fast_model,
+            answer_model=settings.answer_model,
             timeout=settings.llm_timeout_seconds,
         )
         log.info(
-            "model tasks served by %s (fast=%s, grade=%s)",
+            "model tasks served by %s (fast=%s, grade=%s, answer=%s)",
             settings.llm_base_url,
             settings.fast_model or settings.model,
             settings.grade_model or settings.model,
+            client.answer_model,
         )
         return client
     from orchestrator_service.models.local import LocalModel

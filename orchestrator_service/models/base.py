@@ -5,7 +5,7 @@ the nodes, not here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +25,9 @@ from shared.trace_fields import (
 TASK_COMPLEXITY = "complexity_classification"
 TASK_GRADE = "evidence_grade"
 TASK_REWRITE = "query_rewrite"
+#: The one free-text task: streamed, so it has no json_schema; the scripted test server
+#: recognises it by `stream: true`.
+TASK_ANSWER = "answer_generation"
 
 
 class _TaskOutput(BaseModel):
@@ -86,5 +89,21 @@ class ModelClient(Protocol):
     async def rewrite_query(
         self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
     ) -> RewritePlan: ...
+
+    #: Which model writes answers (`Answer.model`): ANSWER_MODEL's name, or "local".
+    answer_model: str
+
+    def stream_answer(
+        self,
+        question: str,
+        docs: Sequence[Mapping[str, Any]],
+        *,
+        missing_slots: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """`answer_generation`: the answer's text as it is written, pieces in order, citing
+        the docs as "[n]" (1-based). Raw: markers are not checked here. A stream that ends
+        before the model finished raises DependencyUnavailable, never returns short."""
+        ...
 
     async def aclose(self) -> None: ...

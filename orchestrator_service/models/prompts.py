@@ -1,6 +1,7 @@
-"""Prompts of the three model tasks (API.md "Model calls", intent of REFERENCE.md §2.4, §2.7,
-§2.9). The question and every chunk text are carried verbatim, inside tags, so that nothing in
-them can be mistaken for instructions — and so a scripted test server can read them back."""
+"""Prompts of the model tasks (API.md "Model calls", intent of REFERENCE.md §2.4, §2.7,
+§2.9; answer_generation: docs/api.md#grounded-answers). The question and every chunk text are
+carried verbatim, inside tags, so that nothing in them can be mistaken for instructions — and
+so a scripted test server can read them back."""
 
 from __future__ import annotations
 
@@ -44,6 +45,17 @@ must not invent citations.
 step_back_question at most 300 characters, hyde_document at most 1200."""
 
 
+ANSWER_SYSTEM = """\
+You answer the user's question for a knowledge-base assistant, using ONLY the numbered chunks \
+given; never add outside facts. Write in the language of the question, in plain sentences. \
+After each claim put the number of the chunk it comes from in square brackets, e.g. [1] or \
+[1][3]; cite only numbers that appear in the chunks. Do not list the sources at the end. If \
+the chunks do not cover part of the question, do not guess it."""
+
+ANSWER_PARTIAL = """\
+The evidence is known to be incomplete; it lacks: {slots}. Answer only what the chunks support."""
+
+
 def _question_block(question: str) -> str:
     return f"<question>\n{question}\n</question>"
 
@@ -74,6 +86,21 @@ def grade_messages(question: str, docs: Sequence[Mapping[str, Any]]) -> list[dic
 def rewrite_messages(question: str, docs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": REWRITE_SYSTEM},
+        {"role": "user", "content": f"{_question_block(question)}\n{_chunks_block(docs)}"},
+    ]
+
+
+def answer_messages(
+    question: str, docs: Sequence[Mapping[str, Any]], missing_slots: Sequence[str] = ()
+) -> list[dict[str, str]]:
+    """The question and the numbered evidence verbatim; the chunk numbers are the positions in
+    RunResult.docs that the answer's "[n]" markers cite."""
+    system = ANSWER_SYSTEM
+    slots = [slot for slot in missing_slots if slot.strip()]
+    if slots:
+        system += "\n" + ANSWER_PARTIAL.format(slots=", ".join(slots))
+    return [
+        {"role": "system", "content": system},
         {"role": "user", "content": f"{_question_block(question)}\n{_chunks_block(docs)}"},
     ]
 

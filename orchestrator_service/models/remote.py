@@ -4,7 +4,8 @@ temperature 0, pydantic validation and one retry on invalid output. HTTP failure
 translated once here (docs/api.md#status-codes): a permanent refusal (400/401/403/404) is
 DependencyRejected naming the task and the provider's redacted message, 429 ResourceExhausted,
 5xx and connection failures DependencyUnavailable; 429/502/503/504 are retried with jittered
-backoff while the caller's deadline allows."""
+backoff while the caller's deadline allows. `answer_generation` is one streamed completion
+(server-sent events) under the same mapping, retried only before its first piece."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator_service.models import prompts
 from orchestrator_service.models.base import (
+    TASK_ANSWER,
     TASK_COMPLEXITY,
     TASK_GRADE,
     TASK_REWRITE,
@@ -101,7 +103,7 @@ def _check_rewrite(plan: RewritePlan) -> None:
 
 class RemoteModelClient:
     """`ModelClient` over an OpenAI-compatible endpoint. FAST_MODEL serves classification and
-    rewrite, GRADE_MODEL grading; both default to MODEL."""
+    rewrite, GRADE_MODEL grading, ANSWER_MODEL answers; all default to MODEL."""
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class RemoteModelClient:
         model: str,
         grade_model: str | None = None,
         fast_model: str | None = None,
+        answer_model: str | None = None,
         timeout: float = 60.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
@@ -119,6 +122,7 @@ class RemoteModelClient:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model, self.grade_model = model, grade_model or model
         self.fast_model = fast_model or model
+        self.answer_model = answer_model or model
         self._timeout = timeout
         self._http = http or httpx.AsyncClient(
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)
@@ -242,13 +246,8 @@ class RemoteModelClient:
                 return _content(response)
             error = self._http_error(task, response)
             log.warning("model task %s: attempt %d: %s", task, attempt, error.message)
-            delay = _backoff(attempt, response.headers.get("retry-after"))
-            left = None if deadline is None else deadline - loop.time()
-            if (
-                response.status_code not in RETRYABLE_STATUSES
-                or attempt >= MAX_ATTEMPTS
-                or (left is not None and delay >= left)
-            ):
+            delay = _retry_delay(response, attempt, deadline, loop.time())
+            if delay is None:
                 raise error
             await asyncio.sleep(delay)
 
@@ -264,6 +263,111 @@ class RemoteModelClient:
         return DependencyRejected(
             DEPENDENCY, f"task {task}: HTTP {status}" + (f": {reason}" if reason else "")
         )
+
+    # ---- answer_generation: one streamed chat completion (server-sent events) ----------------
+
+    async def stream_answer(
+        self,
+        question: str,
+        docs: Sequence[Mapping[str, Any]],
+        *,
+        missing_slots: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        """ANSWER_MODEL's `choices[0].delta.content` pieces as they arrive. HTTP statuses map
+        as for the other tasks, and a refused request is retried like theirs; once pieces
+        flow there is no retry (they may already be with the caller). The stream must end with
+        `data: [DONE]`: a cut before it is DependencyUnavailable, never a short answer."""
+        task = TASK_ANSWER
+        body = {
+            "model": self.answer_model,
+            "messages": prompts.answer_messages(question, docs, missing_slots),
+            "temperature": 0,
+            "stream": True,
+        }
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise DeadlineExceeded(f"model task {task}: the caller's deadline passed")
+            own_limit = left is None or self._timeout <= left
+            # httpx applies this to each read; the orchestrator bounds the whole stream.
+            seconds = self._timeout if left is None else min(left, self._timeout)
+            error: DomainError | None = None
+            delay: float | None = None
+            try:
+                async with self._http.stream(
+                    "POST", self._url, json=body, headers=self._headers, timeout=seconds
+                ) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        error = self._http_error(task, response)
+                        delay = _retry_delay(response, attempt, deadline, loop.time())
+                    else:
+                        async for line in response.aiter_lines():
+                            data = _sse_data(line)
+                            if data == "[DONE]":
+                                return
+                            piece = _delta_content(data) if data is not None else ""
+                            if piece:
+                                yield piece
+                        raise DependencyUnavailable(
+                            DEPENDENCY, f"task {task}: the answer stream ended before [DONE]"
+                        )
+            except httpx.ConnectTimeout as exc:
+                log.warning("model task %s: connect timeout after %.3fs", task, seconds)
+                raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
+            except httpx.TimeoutException as exc:
+                log.warning("model task %s: no piece within %.3fs", task, seconds)
+                raise DeadlineExceeded(
+                    f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
+                    if own_limit
+                    else f"model task {task}: the caller's deadline passed while waiting for "
+                    "the model"
+                ) from exc
+            except httpx.TransportError as exc:
+                log.warning(
+                    "model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc))
+                )
+                raise DependencyUnavailable(
+                    DEPENDENCY, f"task {task}: the answer stream was cut"
+                ) from exc
+            assert error is not None
+            log.warning("model task %s: attempt %d: %s", task, attempt, error.message)
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
+
+
+def _retry_delay(
+    response: httpx.Response, attempt: int, deadline: float | None, now: float
+) -> float | None:
+    """Seconds to wait before retrying a failed reply, or None when it must not be retried:
+    a permanent status, the attempts used up, or a backoff the caller's deadline cannot fit."""
+    if response.status_code not in RETRYABLE_STATUSES or attempt >= MAX_ATTEMPTS:
+        return None
+    delay = _backoff(attempt, response.headers.get("retry-after"))
+    return None if deadline is not None and delay >= deadline - now else delay
+
+
+def _sse_data(line: str) -> str | None:
+    """The payload of an SSE `data:` line; None for comments, other fields and blank lines."""
+    if not line.startswith("data:"):
+        return None
+    return line[len("data:") :].strip()
+
+
+def _delta_content(data: str) -> str:
+    """The text of one chat.completion.chunk ("" for chunks without any, e.g. usage)."""
+    try:
+        choices = json.loads(data)["choices"]
+        content = choices[0].get("delta", {}).get("content") if choices else None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ModelOutputInvalid(TASK_ANSWER, "a stream event is not a completion chunk") from exc
+    return content if isinstance(content, str) else ""
 
 
 def _content(response: httpx.Response) -> str:

@@ -1,7 +1,9 @@
 """A scripted OpenAI-compatible chat-completions server on 127.0.0.1 (HTTP/1.1, keep-alive),
-for tests and benchmarks. Replies are keyed by task name (response_format.json_schema.name) and
-the question the prompt carries; every request is recorded (model, bearer key, task, question)
-so tests can assert which tasks ran and with what."""
+for tests and benchmarks. Replies are keyed by task name (response_format.json_schema.name, or
+`answer_generation` for a `stream: true` request) and the question the prompt carries; every
+request is recorded (model, bearer key, task, question) so tests can assert which tasks ran and
+with what. Streamed requests are answered with server-sent events (`Sse`), which can also be
+cut midway."""
 
 from __future__ import annotations
 
@@ -12,11 +14,31 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator_service.models.base import TASK_ANSWER
 from orchestrator_service.models.prompts import question_of
 
+
+@dataclass(frozen=True)
+class Sse:
+    """A streamed reply: one `chat.completion.chunk` event per piece, then `data: [DONE]`.
+    `cut_after=k` closes the connection after k pieces, in the middle of the chunked body (no
+    [DONE]); `done=False` ends the body cleanly but without [DONE]; `piece_delay` is slept
+    before each piece."""
+
+    pieces: tuple[str, ...]
+    cut_after: int | None = None
+    done: bool = True
+    piece_delay: float = 0.0
+
+
+def sse(text: str, *, size: int = 3, **options: Any) -> Sse:
+    """`text` streamed in pieces of `size` characters (so markers arrive split)."""
+    return Sse(tuple(text[i : i + size] for i in range(0, len(text), size)), **options)
+
+
 #: A scripted reply: a dict (sent as the JSON content), a str (sent verbatim as content, e.g.
-#: invalid JSON) or an `HttpError`.
-Reply = Mapping[str, Any] | str
+#: invalid JSON; streamed by `sse` when the request streams), an `Sse` or an `HttpError`.
+Reply = Mapping[str, Any] | str | Sse
 
 
 @dataclass(frozen=True)
@@ -105,7 +127,12 @@ class FakeModelServer:
                     for k, _, v in (line.partition(":") for line in lines[1:] if line)
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload, extra = await self._respond(json.loads(body or b"{}"), headers)
+                request = json.loads(body or b"{}")
+                if request.get("stream"):
+                    if not await self._stream(request, headers, writer):
+                        return
+                    continue
+                status, payload, extra = await self._respond(request, headers)
                 data = payload.encode()
                 reason = "OK" if status == 200 else "Error"
                 head_out = (
@@ -153,6 +180,67 @@ class FakeModelServer:
             ensure_ascii=False,
         )
         return 200, reply_body, ""
+
+    async def _stream(
+        self, body: dict[str, Any], headers: Mapping[str, str], writer: asyncio.StreamWriter
+    ) -> bool:
+        """Answers a `stream: true` request; False when the connection was cut on purpose."""
+        question = question_of(body.get("messages") or [])
+        self.requests.append(
+            ModelRequest(
+                TASK_ANSWER, question, body.get("model", ""), headers.get("authorization", ""), body
+            )
+        )
+        reply = self.script.next_reply(TASK_ANSWER, question)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if isinstance(reply, HttpError):
+            data = json.dumps({"error": {"message": reply.body}}).encode()
+            extra = "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
+            writer.write(
+                f"HTTP/1.1 {reply.status} Error\r\nContent-Type: application/json\r\n"
+                f"{extra}Content-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+            return True
+        if not isinstance(reply, Sse):
+            text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+            reply = sse(text)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+
+        def event(data: str) -> bytes:
+            line = f"data: {data}\n\n".encode()
+            return f"{len(line):x}\r\n".encode() + line + b"\r\n"
+
+        def chunk(delta: dict[str, str]) -> str:
+            return json.dumps(
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "model": body.get("model", ""),
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                },
+                ensure_ascii=False,
+            )
+
+        writer.write(event(chunk({"role": "assistant"})))
+        for sent, piece in enumerate(reply.pieces):
+            if reply.cut_after is not None and sent >= reply.cut_after:
+                await writer.drain()
+                return False
+            if reply.piece_delay:
+                await asyncio.sleep(reply.piece_delay)
+            writer.write(event(chunk({"content": piece})))
+            await writer.drain()
+        if reply.done:
+            writer.write(event("[DONE]"))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
 
 # ---- reply builders ---------------------------------------------------------------------------

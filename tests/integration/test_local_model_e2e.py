@@ -5,6 +5,7 @@ built-in local model serves), driven through the real Run / Resume RPCs."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -47,8 +48,40 @@ async def stub(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[object
             await app.aclose()
 
 
-async def run(stub: object, question: str) -> orchestrator_pb2.RunResult:
-    return await stub.Run(orchestrator_pb2.RunRequest(question=question))  # type: ignore[attr-defined]
+async def run(
+    stub: object, question: str, *, generate_answer: bool = False
+) -> orchestrator_pb2.RunResult:
+    request = orchestrator_pb2.RunRequest(question=question, generate_answer=generate_answer)
+    return await stub.Run(request)  # type: ignore[attr-defined]
+
+
+#: One claim: text up to its markers, then the sentence's closing marks.
+CLAIM = re.compile(r"(?P<claim>[^\[\]]+?)(?P<markers>(?:\[\d+\])+)(?P<close>[。！？.!?]?)\s*")
+CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def assert_grounded(result: orchestrator_pb2.RunResult, *, chinese: bool) -> None:
+    """Every sentence of the answer carries a citation and is copied from the doc it cites;
+    every quote is verbatim in its doc; the answer is in the question's language."""
+    answer = result.answer
+    assert answer.text and answer.model == "local"
+    assert answer.partial == (result.retrieval_status == "partial")
+    text = answer.text
+    if answer.partial:  # then a closing note says what is missing, without a citation
+        text, note = text.rsplit("\n\n", 1)
+        assert note.startswith("注意：" if chinese else "Note:")
+    claims = list(CLAIM.finditer(text))
+    assert "".join(m.group(0) for m in claims) == text  # nothing uncited in between
+    for match in claims:
+        for number in map(int, re.findall(r"\d+", match.group("markers"))):
+            assert 1 <= number <= len(result.docs)
+            assert match.group("claim").strip() in result.docs[number - 1].text
+        assert bool(CJK.search(match.group("claim"))) == chinese
+    assert answer.citations
+    for citation in answer.citations:
+        doc = result.docs[citation.index - 1]
+        assert (citation.filename, citation.page_number) == (doc.filename, doc.page_number)
+        assert citation.quote and citation.quote in doc.text
 
 
 @pytest.mark.parametrize(
@@ -65,6 +98,47 @@ async def test_answer(stub: object, question: str, filename: str) -> None:
     result = await run(stub, question)
     assert (result.route, result.retrieval_status) == ("answer", "answerable")
     assert filename in {doc.filename for doc in result.docs}
+    assert not result.HasField("answer")  # only when asked for
+
+
+@pytest.mark.parametrize(
+    ("question", "chinese", "expected"),
+    [
+        ("成年人每晚需要睡多久？", True, "成年人每晚通常需要七到九小时的睡眠[1]。"),
+        ("What is an event loop?", False, "A single event loop runs many coroutines"),
+        ("喝茶会影响睡眠吗？", True, "茶"),
+        ("How much water do succulents need?", False, "water"),
+        ("多肉要浇多少水？", True, "多肉类植物等盆土完全干透后才浇水"),
+        ("比较绿茶和红茶的发酵程度", True, "发酵"),
+    ],
+)
+async def test_local_model_answers_grounded_in_the_samples(
+    stub: object, question: str, chinese: bool, expected: str
+) -> None:
+    result = await run(stub, question, generate_answer=True)
+    assert result.route == "answer" and result.HasField("answer")
+    assert expected in result.answer.text
+    assert_grounded(result, chinese=chinese)
+    # Deterministic: the stream writes the same answer, piece by piece.
+    request = orchestrator_pb2.RunRequest(question=question, generate_answer=True)
+    events = [event async for event in stub.StreamRun(request)]  # type: ignore[attr-defined]
+    deltas = [e.answer_delta.text for e in events if e.WhichOneof("event") == "answer_delta"]
+    assert "".join(deltas) == events[-1].result.answer.text == result.answer.text
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "这个角色的属性是什么？",
+        "What is the response time for support tickets?",
+        "量子计算机的工作原理是什么？",
+        "How do I bake sourdough bread?",
+    ],
+)
+async def test_hitl_and_no_knowledge_carry_no_answer(stub: object, question: str) -> None:
+    result = await run(stub, question, generate_answer=True)
+    assert result.route in {"clarify", "scope_select", "no_knowledge"}
+    assert not result.HasField("answer")
 
 
 @pytest.mark.parametrize(
@@ -82,11 +156,13 @@ async def test_clarify_then_resume_answers(
     assert (asked.route, trace["evidence_ambiguity"]) == ("clarify", "missing_slot")
     assert list(trace["hitl_options"]) == options and trace["hitl_prompt"]
     request = orchestrator_pb2.ResumeRequest(
-        resume_state=asked.hitl_resume_state, user_answer=answer
+        resume_state=asked.hitl_resume_state, user_answer=answer, generate_answer=True
     )
     resumed = await stub.Resume(request)  # type: ignore[attr-defined]
     assert (resumed.route, resumed.retrieval_status) == ("answer", "answerable")
     assert rag_trace_from_proto(resumed.rag_trace)["query"] == f"{answer}：{question}"
+    assert answer in resumed.answer.text
+    assert_grounded(resumed, chinese=question.endswith("？"))
 
 
 @pytest.mark.parametrize(

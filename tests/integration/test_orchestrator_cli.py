@@ -1,6 +1,7 @@
 """The CLI (`python -m orchestrator_service ask|resume`) as a subprocess against the service
-wired to the scripted model and retrieval servers: it reaches every route, prints the HITL
-prompt, options, evidence and trace, streams steps, and round-trips the snapshot file."""
+wired to the scripted model and retrieval servers: it reaches every route, prints the answer
+with its numbered sources, the HITL prompt, options and a compact evidence list (`--json` the
+whole result), streams steps and the answer, and round-trips the snapshot file."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.model_server import ModelScript, grade
+from tests.fakes.model_server import ModelScript, grade, sse
 from tests.fakes.orchestrator_stack import start_stack
 from tests.fakes.retrieval_servicer import RetrievalScript, chunk
 
@@ -30,6 +31,7 @@ QSTAR = "卡卡罗：他的属性是什么？"
 def _script() -> tuple[ModelScript, RetrievalScript]:
     ms = ModelScript()
     ms.add("evidence_grade", Q_ANSWER, grade("strong", "sufficient", "answer"))
+    ms.add("answer_generation", Q_ANSWER, sse("丹瑾是衍射属性[1]。"))
     ms.add(
         "evidence_grade",
         Q_CLARIFY,
@@ -76,9 +78,9 @@ async def test_cli_reaches_every_route_and_resumes(stack, tmp_path: Path) -> Non
     port = stack.app.server.port
     rc, out, _ = await _cli(port, "ask", Q_ANSWER)
     assert rc == 0 and "route:    answer (answerable)" in out
-    assert (
-        "[1] roles.md (Page 1)" in out and "丹瑾：衍射属性。" in out and '"tool_used": true' in out
-    )
+    assert "[1] roles.md (Page 1)" in out and "丹瑾：衍射属性。" in out
+    rc, out, _ = await _cli(port, "ask", Q_ANSWER, "--json")
+    assert rc == 0 and json.loads(out)["rag_trace"]["tool_used"] is True  # --json keeps all
 
     rc, out, _ = await _cli(port, "ask", Q_NONE)
     assert rc == 0 and "route:    no_knowledge (no_knowledge)" in out
@@ -109,3 +111,26 @@ async def test_cli_reaches_every_route_and_resumes(stack, tmp_path: Path) -> Non
 async def test_cli_errors_exit_non_zero(stack) -> None:
     rc, _, err = await _cli(stack.app.server.port, "ask", "   ")
     assert rc == 1 and "INVALID_ARGUMENT" in err and "question" in err
+
+
+async def test_cli_prints_the_answer_with_numbered_sources_and_a_compact_list(stack) -> None:
+    port = stack.app.server.port
+    rc, out, err = await _cli(port, "ask", Q_ANSWER)
+    assert rc == 0, err
+    assert "answer:   丹瑾是衍射属性[1]。" in out
+    assert "sources:  1 cited, written by main-model\n  [1] roles.md (Page 1)\n" in out
+    assert "      “丹瑾：衍射属性。”" in out
+    assert (
+        "evidence: 1 chunk(s)\n  [1] roles.md (Page 1) score=0.5000\n      丹瑾：衍射属性。" in out
+    )
+    assert '"tool_used"' not in out and out.count("丹瑾：衍射属性。") == 2  # quote + snippet
+
+    rc, out, err = await _cli(port, "ask", Q_ANSWER, "--stream")
+    assert rc == 0, err
+    assert "  ✍️  丹瑾是衍射属性[1]。\n" in out  # streamed live, then the result
+    assert out.index("证据足够，返回检索片段") < out.index("✍️") < out.index("answer:   ")
+
+    rc, out, _ = await _cli(port, "ask", Q_ANSWER, "--json", "--no-answer")
+    assert rc == 0 and json.loads(out)["answer"] is None
+    answered = [r for r in stack.model.requests if r.task == "answer_generation"]
+    assert len(answered) == 2  # the plain and the streamed ask; not --no-answer

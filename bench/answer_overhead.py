@@ -1,0 +1,135 @@
+"""What a grounded answer adds to a Run (issue 14), with the built-in local model on the bundled
+samples: `make run`'s configuration (the retrieval service on Milvus Lite with the built-in
+embedder, the orchestrator with no model endpoint) served on loopback in this process.
+
+Per answered sample question: Run p50 with `generate_answer` false and true, alternated round by
+round so a busy neighbour core weighs on both alike, and their ratio. The local answer is pure
+Python over the final docs, so the ratio shows what extraction and citation cost next to the
+recall the Run already paid for; the last column times that answer alone, in process."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+
+import grpc
+from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+
+from bench._retrieval_rig import (
+    MODES,
+    bench_settings,
+    p50_p95,
+    quiet,
+    scratch_db,
+    serve_modes,
+    table,
+)
+from bench.local_model_run import SAMPLES
+from orchestrator_service.answer import build_citations, clean_markers
+from orchestrator_service.app import build_app
+from orchestrator_service.models.local.answer import answer_pieces
+from orchestrator_service.settings import OrchestratorSettings
+from retrieval_service.app import create_app, seed_samples
+from shared.codec import chunk_from_proto
+
+ROUNDS = 30
+QUESTIONS = (
+    "成年人每晚需要睡多久？",
+    "What is an event loop?",
+    "喝茶会影响睡眠吗？",
+    "How much water do succulents need?",
+    "多肉要浇多少水？",
+    "比较绿茶和红茶的发酵程度",
+)
+
+
+async def _measure(
+    stub: orchestrator_pb2_grpc.OrchestratorServiceStub, question: str, rounds: int
+) -> tuple[list[float], list[float], orchestrator_pb2.RunResult]:
+    plain = orchestrator_pb2.RunRequest(question=question)
+    answered = orchestrator_pb2.RunRequest(question=question, generate_answer=True)
+    await stub.Run(plain)  # warm-up
+    result = await stub.Run(answered)
+    without, with_answer = [], []
+    for _ in range(rounds):
+        for request, samples in ((plain, without), (answered, with_answer)):
+            started = time.perf_counter()
+            await stub.Run(request)
+            samples.append((time.perf_counter() - started) * 1000)
+    return without, with_answer, result
+
+
+def _answer_alone(result: orchestrator_pb2.RunResult, repeats: int = 200) -> float:
+    """p50 µs of the local answer itself over the Run's final docs: extraction, marker
+    cleaning and citations, without the RPC and the workflow around them."""
+    docs = [chunk_from_proto(doc) for doc in result.docs]
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        text = clean_markers("".join(answer_pieces(result.question, docs)), len(docs))
+        build_citations(text, docs)
+        samples.append((time.perf_counter() - started) * 1e6)
+    return p50_p95(samples)[0]
+
+
+async def run(rounds: int) -> None:
+    quiet()
+    rows = []
+    with scratch_db("bench-answer-") as db:
+        app = await create_app(bench_settings(db))
+        await seed_samples(app, str(SAMPLES))
+        orchestrator = None
+        try:
+            async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
+                orchestrator = build_app(
+                    OrchestratorSettings(
+                        _env_file=None,
+                        orchestrator_port=0,
+                        bind_host="127.0.0.1",
+                        retrieval_addr=endpoints["hybrid+merge"].address,
+                        llm_base_url=None,
+                        log_level="WARNING",
+                    )
+                )
+                port = await orchestrator.server.start()
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+                    for question in QUESTIONS:
+                        without, with_answer, result = await _measure(stub, question, rounds)
+                        plain50, _ = p50_p95(without)
+                        answer50, answer95 = p50_p95(with_answer)
+                        rows.append(
+                            [question, result.route, len(result.answer.citations),
+                             round(plain50, 1), round(answer50, 1), round(answer95, 1),
+                             round(answer50 / plain50, 2), round(_answer_alone(result), 1)]
+                        )  # fmt: skip
+        finally:
+            if orchestrator is not None:
+                await orchestrator.server.stop(0)
+                await orchestrator.aclose()
+            await app.aclose()
+    print(
+        f"Run through the real RPCs, local model, {len(list(SAMPLES.iterdir()))} sample documents, "
+        f"{rounds} rounds per question after a warm-up, with and without the answer alternated (ms)"
+    )
+    headers = ["question", "route", "cited", "Run p50", "Run+answer p50", "Run+answer p95",
+               "answer overhead (÷)", "answer alone p50 (µs)"]  # fmt: skip
+    print(table(rows, headers))
+    ratios = sorted(row[6] for row in rows)
+    alone = sorted(row[7] / 1000 / row[3] for row in rows)
+    print(
+        f"answer overhead over Run (p50 ÷ p50): median {statistics.median(ratios):.2f}×, "
+        f"range {ratios[0]:.2f}–{ratios[-1]:.2f}× (round-to-round noise included); the answer "
+        f"alone is {alone[0]:.1%}–{alone[-1]:.1%} of a Run p50"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    rounds = int(argv[0]) if argv else ROUNDS
+    asyncio.run(run(rounds))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,228 @@
+"""Grounded answers (docs/api.md#grounded-answers): the rules that turn a model's raw answer
+text into the `Answer` a caller receives. Pure: no model call, no I/O.
+
+- `[n]` markers cite the 1-based position in RunResult.docs; markers outside 1..len(docs) are
+  removed, also from the streamed pieces (`MarkerFilter`), so the deltas always concatenate to
+  the final text.
+- Each cited doc gets one `Citation` whose quote is a verbatim span of its text: the sentence(s)
+  holding the claim when the claim is copied from the doc, else the doc's sentence sharing most
+  words (Latin) or character pairs (CJK) with the claim.
+- A partial status ends the answer with a sentence naming what the evidence lacks (the grade's
+  missing_slots), in the question's language.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: "[3]", "[1, 2]", "[1，2]", "[1、2]": one or more chunk numbers in square brackets.
+MARKER = re.compile(r"\[\s*(\d{1,4}(?:\s*[,，、]\s*\d{1,4})*)\s*\]")
+_MARKER_WITH_SPACE = re.compile(r"[ \t]*" + MARKER.pattern)
+#: What an unfinished marker can look like at the end of a streamed piece.
+_OPEN_MARKER = re.compile(r"\[[\d\s,，、]{0,24}$")
+_NUMBER = re.compile(r"\d+")
+#: Sentence ends: CJK marks anywhere, "；" included (a Chinese clause reads on its own); Latin
+#: marks before whitespace or the end, ";" excluded (an English clause after it is lower case).
+_SENTENCE_END = re.compile(r"[。！？；]+|[.!?]+(?=\s|$)")
+_LINE_PREFIX = re.compile(r"^\s*(?:[-*+•]\s+|\d{1,3}[.)]\s+|>\s*)?")
+_HEADING = re.compile(r"^\s*#{1,6}\s")
+_LATIN_WORD = re.compile(r"[a-z0-9]+")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+_CLAIM_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """One cited doc: `index` is its 1-based position in the docs; `quote` is verbatim."""
+
+    index: int
+    filename: str
+    page_number: str
+    quote: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    text: str
+    citations: tuple[Citation, ...]
+    model: str
+    partial: bool
+
+
+# ---- sentences -------------------------------------------------------------------------------
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every sentence of `text`, so that `text[start:end]` is the sentence
+    verbatim: split at line breaks and sentence marks (kept with their sentence), list bullets
+    and surrounding whitespace left out, Markdown heading lines skipped."""
+    spans: list[tuple[int, int]] = []
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        line_start, offset = offset, offset + len(line)
+        if _HEADING.match(line):
+            continue
+        prefix = _LINE_PREFIX.match(line)
+        start = line_start + (prefix.end() if prefix else 0)
+        end_of_line = line_start + len(line.rstrip("\r\n"))
+        for mark in _SENTENCE_END.finditer(text, start, end_of_line):
+            spans.append((start, mark.end()))
+            start = mark.end()
+        spans.append((start, end_of_line))
+    return [_trimmed(text, a, b) for a, b in spans if text[a:b].strip(_CLAIM_EDGES)]
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def sentences(text: str) -> list[str]:
+    return [text[a:b] for a, b in sentence_spans(text)]
+
+
+def split_terminal(sentence: str) -> tuple[str, str]:
+    """(claim, its closing marks): "It runs tasks." → ("It runs tasks", ".")."""
+    claim = sentence.rstrip("。！？；.!?;")
+    return claim, sentence[len(claim) :]
+
+
+# ---- markers ---------------------------------------------------------------------------------
+
+
+def marker_numbers(marker: str) -> list[int]:
+    return [int(n) for n in _NUMBER.findall(marker)]
+
+
+def clean_markers(text: str, doc_count: int) -> str:
+    """`text` with each marker reduced to its numbers within 1..doc_count, written `[a][b]`;
+    a marker with none left is removed together with the spaces before it."""
+
+    def keep(match: re.Match[str]) -> str:
+        valid = [n for n in dict.fromkeys(marker_numbers(match.group(1))) if 1 <= n <= doc_count]
+        if not valid:
+            return ""
+        lead = match.group(0)[: match.group(0).index("[")]
+        return lead + "".join(f"[{n}]" for n in valid)
+
+    return _MARKER_WITH_SPACE.sub(keep, text)
+
+
+class MarkerFilter:
+    """`clean_markers` over a stream: `feed` returns what can be sent now, holding back an
+    unfinished marker and the spaces before it until the next piece decides them; `finish`
+    returns the rest. The outputs concatenate to `clean_markers` of the whole input."""
+
+    def __init__(self, doc_count: int) -> None:
+        self._doc_count = doc_count
+        self._pending = ""
+
+    def feed(self, piece: str) -> str:
+        self._pending += piece
+        cut = len(self._pending)
+        opened = _OPEN_MARKER.search(self._pending)
+        if opened:
+            cut = opened.start()
+        while cut > 0 and self._pending[cut - 1] in " \t":
+            cut -= 1
+        ready, self._pending = self._pending[:cut], self._pending[cut:]
+        return clean_markers(ready, self._doc_count)
+
+    def finish(self) -> str:
+        ready, self._pending = self._pending, ""
+        return clean_markers(ready, self._doc_count)
+
+
+# ---- citations -------------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> set[str]:
+    lowered = text.lower()
+    tokens = {word for word in _LATIN_WORD.findall(lowered) if len(word) > 1 or word.isdigit()}
+    for run in _CJK_RUN.findall(lowered):
+        tokens.update(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    return tokens
+
+
+def choose_quote(claim: str, doc_text: str) -> str:
+    """The verbatim span of `doc_text` that `claim` rests on (see the module docstring)."""
+    spans = sentence_spans(doc_text)
+    if not spans:
+        return doc_text.strip()
+    core = claim.strip(_CLAIM_EDGES)
+    where = doc_text.find(core) if core else -1
+    if where != -1:
+        inside = [(a, b) for a, b in spans if a < where + len(core) and b > where]
+        if inside:
+            return doc_text[inside[0][0] : inside[-1][1]]
+    wanted = _tokens(claim)
+
+    def similarity(span: tuple[int, int]) -> float:
+        have = _tokens(doc_text[span[0] : span[1]])
+        shared = len(wanted & have)
+        return shared / math.sqrt(len(wanted) * len(have)) if shared else 0.0
+
+    best = max(spans, key=similarity)  # max keeps the first of equals: the earliest sentence
+    return doc_text[best[0] : best[1]]
+
+
+def cited_claims(text: str) -> list[tuple[int, str]]:
+    """(doc number, the claim before its marker) for every marker number in `text`, in order.
+    The claim is the text since the previous marker; markers side by side share one claim."""
+    claims: list[tuple[int, str]] = []
+    previous_end, claim = 0, ""
+    for match in MARKER.finditer(text):
+        between = text[previous_end : match.start()]
+        if between.strip(_CLAIM_EDGES):
+            claim = between
+        previous_end = match.end()
+        claims.extend((n, claim) for n in marker_numbers(match.group(1)))
+    return claims
+
+
+def build_citations(text: str, docs: Sequence[Mapping[str, Any]]) -> tuple[Citation, ...]:
+    """One citation per cited doc, in order of first citation (markers already cleaned)."""
+    citations: dict[int, Citation] = {}
+    for number, claim in cited_claims(text):
+        if number in citations or not 1 <= number <= len(docs):
+            continue
+        doc = docs[number - 1]
+        page = doc.get("page_number")
+        citations[number] = Citation(
+            index=number,
+            filename=str(doc.get("filename") or ""),
+            page_number="" if page is None else str(page),
+            quote=choose_quote(claim, str(doc.get("text") or "")),
+        )
+    return tuple(citations.values())
+
+
+# ---- partial evidence ------------------------------------------------------------------------
+
+
+def partial_note(missing_slots: Iterable[str], *, chinese: bool) -> str:
+    """The closing sentence of an answer from partial evidence, naming what it lacks, in the
+    question's language."""
+    slots = list(dict.fromkeys(slot.strip() for slot in missing_slots if slot.strip()))
+    if chinese:
+        if slots:
+            return f"注意：现有资料只能部分回答这个问题，缺少关于{'、'.join(slots)}的信息。"
+        return "注意：现有资料只能部分回答这个问题。"
+    if slots:
+        return (
+            "Note: the evidence answers this question only in part; it says nothing about "
+            f"{', '.join(slots)}."
+        )
+    return "Note: the evidence answers this question only in part."
+
+
+def join_note(text: str, note: str) -> str:
+    """What follows the model's text when a note closes the answer."""
+    return ("\n\n" if text.strip() else "") + note
