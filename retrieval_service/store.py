@@ -135,12 +135,21 @@ class MilvusStore:
 
     # ---- names -------------------------------------------------------------------------
 
+    @property
+    def _prefix(self) -> str:
+        return self.config.collection + schema.LAYOUT_SUFFIX
+
     def level_collection(self, level: int) -> str:
-        return f"{self.config.collection}_l{level}"
+        return f"{self._prefix}_l{level}"
 
     @property
     def registry_collection(self) -> str:
-        return f"{self.config.collection}_documents"
+        return f"{self._prefix}_documents"
+
+    def legacy_collections(self) -> list[str]:
+        """The names the unversioned layout used (before `LAYOUT_SUFFIX`)."""
+        base = self.config.collection
+        return [*(f"{base}_l{lvl}" for lvl in schema.LEVELS), f"{base}_documents"]
 
     def all_collections(self) -> list[str]:
         return [*(self.level_collection(lvl) for lvl in schema.LEVELS), self.registry_collection]
@@ -200,6 +209,13 @@ class MilvusStore:
             )  # fmt: skip
 
     def _ensure(self, client: Any) -> None:
+        legacy = [name for name in self.legacy_collections() if client.has_collection(name)]
+        if legacy:
+            log.warning(
+                "ignoring collections %s of the unversioned layout (not crash-safe); this "
+                "service uses %s. Re-ingest the documents, then drop the old collections",
+                legacy, self.all_collections(),
+            )  # fmt: skip
         wanted = [
             (
                 self.level_collection(level),
