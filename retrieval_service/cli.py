@@ -38,6 +38,8 @@ from shared.tls import add_tls_arguments, credentials_from_arguments
 # and one large document holds thousands.
 INGEST_TIMEOUT_SECONDS = 3600.0
 CALL_TIMEOUT_SECONDS = 60.0
+# The largest page ListDocuments serves: the fewest round trips.
+_LIST_PAGE = 1000
 
 Metadata = list[tuple[str, str]]
 
@@ -253,22 +255,29 @@ def ingest(
 def list_documents(
     stub: retrieval_pb2_grpc.RetrievalServiceStub, args: argparse.Namespace, metadata: Metadata
 ) -> int:
-    reply = stub.ListDocuments(
-        retrieval_pb2.ListDocumentsRequest(),
-        timeout=args.timeout or CALL_TIMEOUT_SECONDS,
-        metadata=metadata,
-    )
-    docs = [
-        {
-            "filename": d.filename,
-            "file_type": d.file_type,
-            "pages": d.pages,
-            "l1_chunks": d.l1_chunks,
-            "l2_chunks": d.l2_chunks,
-            "l3_chunks": d.l3_chunks,
-        }
-        for d in reply.documents
-    ]
+    """Every document, following the pages to the last one."""
+    docs: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        reply = stub.ListDocuments(
+            retrieval_pb2.ListDocumentsRequest(page_size=_LIST_PAGE, page_token=token),
+            timeout=args.timeout or CALL_TIMEOUT_SECONDS,
+            metadata=metadata,
+        )
+        docs += [
+            {
+                "filename": d.filename,
+                "file_type": d.file_type,
+                "pages": d.pages,
+                "l1_chunks": d.l1_chunks,
+                "l2_chunks": d.l2_chunks,
+                "l3_chunks": d.l3_chunks,
+            }
+            for d in reply.documents
+        ]
+        token = reply.next_page_token
+        if not token:
+            break
     if args.json:
         print(json.dumps(docs, ensure_ascii=False, indent=2))
     for d in [] if args.json else docs:

