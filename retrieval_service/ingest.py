@@ -1,15 +1,18 @@
 """Ingestion (API.md IngestDocuments/StreamIngestDocuments/DeleteDocuments/ListDocuments):
 validate → load → sanitise → three-level split for every document, then a pipeline: the
-leaves of all documents embed window by window (parents are the normalised mean of their
-leaves) while the documents already embedded are written, one at a time, through a bounded
-hand-over; plus start-up reconciliation.
+leaves of all documents embed window by window, and each embedded window is written at once
+(its leaves, and every parent whose leaves are now all embedded: the normalised mean of
+them), several documents' rows per upsert, through a bounded hand-over; plus start-up
+reconciliation.
 
 The write path is crash-safe (README "Crash safety"): every ingest writes a new *version* of
-the document beside the current one — a PENDING registry record naming all its rows, the rows
-of the three levels, then the COMMITTED record, which is the instant the new version becomes
-current — and only then removes older versions. A delete commits a TOMBSTONE version first.
-Readers see current versions only, so a crash at any instant leaves the previous version
-intact or the new one complete; `reconcile` removes what a crash left behind."""
+the document beside the current one — a PENDING registry record naming all its rows (chunk
+ids are known once the document is parsed, before any vector is), the rows of the three
+levels in pieces as they embed, then the COMMITTED record, which is the instant the new
+version becomes current — and only then removes older versions. A delete commits a TOMBSTONE
+version first. Readers see current versions only, so a crash at any instant leaves the
+previous version intact or the new one complete; `reconcile` removes what a crash left
+behind."""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ import logging
 import time
 import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -50,6 +53,7 @@ from shared.errors import DeadlineExceeded, DependencyUnavailable, InvalidArgume
 from shared.lexical import bm25_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_FILENAME_CHARS = 255
 DEFAULT_PAGE_SIZE = 100
@@ -59,13 +63,17 @@ MAX_PAGE_SIZE = 1000
 #: service passes a no-op; the kill-anywhere test hook (`SUPERMEW_CRASH_AT`, read by
 #: `__main__`) ends the process there, and in-process tests pause there.
 Checkpoint = Callable[[str], Awaitable[None]]
-#: Every named step of an ingest and a delete, in order.
+#: Every named step of an ingest and a delete, in order of first arrival. `during_level_N` is
+#: reached after each upsert of level-N rows while their document is not yet committed: for a
+#: document spanning several embedding windows, the first one comes with rows of that level
+#: still to write.
 CRASH_POINTS = (
     "before_write",
     "after_intent",
-    "after_level_1",
-    "after_level_2",
-    "after_level_3",
+    "during_level_3",
+    "during_level_2",
+    "during_level_1",
+    "before_commit",
     "after_commit",
     "during_cleanup",
     "after_cleanup",
@@ -121,11 +129,19 @@ ProgressSink = Callable[[IngestProgress], None]
 # Embedding windows: at least one full round of a remote endpoint's concurrent batches, so it
 # never idles between windows (32 = the default 8 texts × 4 requests in flight).
 MIN_WINDOW = 32
-# Embedded documents waiting for the writer, counted in leaves: enough that a burst of small
-# documents keeps the embedder busy, small next to a large document's own vectors.
+# Embedded windows waiting for the writer: enough that the embedder keeps going while a slow
+# write runs, small next to a large document's own vectors (16 × 32 leaves).
 PENDING_WINDOWS = 16
+# The writer takes every window already waiting, up to this many leaves, into one write (one
+# upsert per level, one commit record upsert for every document it completes): when writes
+# lag, fewer and larger Milvus calls; the bound keeps the rows built at once small.
+MAX_FLUSH_LEAVES = 256
 # StreamIngestDocuments reports at least this often while a call runs.
 HEARTBEAT_SECONDS = 1.0
+
+Row = dict[str, Any]
+#: One embedding window as the writer receives it: each leaf with its vector and its version.
+Window = list[tuple["_Version", ChunkRecord, np.ndarray]]
 
 
 @dataclass(slots=True)
@@ -134,11 +150,63 @@ class _Prepared:
     file_type: str
     pages: int
     chunks: list[ChunkRecord]
-    vectors: dict[str, np.ndarray]
+    leaves: list[ChunkRecord] = field(init=False)
 
-    @property
-    def leaves(self) -> list[ChunkRecord]:
-        return [c for c in self.chunks if c.chunk_level == 3]
+    def __post_init__(self) -> None:
+        self.leaves = [c for c in self.chunks if c.chunk_level == 3]
+
+
+class _Version:
+    """The new version of one document while its rows are written piecewise: which parents
+    each leaf completes, and the vectors of the leaves of each parent not yet written (a
+    parent's vector is the normalised mean of its leaves'), so at most one L1's leaf vectors
+    are held per document."""
+
+    def __init__(self, doc: _Prepared) -> None:
+        self.doc = doc
+        counts: dict[str, list[int]] = {}
+        for c in doc.chunks:
+            counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
+        self.entry = DocumentEntry(
+            doc.filename, doc.file_type, doc.pages, counts, new_version(), PENDING
+        )
+        self.replaced = False
+        self.committed = False
+        self.leaves_left = len(doc.leaves)
+        last_leaf: dict[str, str] = {}
+        for leaf in doc.leaves:
+            last_leaf[leaf.parent_chunk_id] = leaf.chunk_id
+            last_leaf[leaf.root_chunk_id] = leaf.chunk_id
+        self._closes: dict[str, list[ChunkRecord]] = {}
+        for c in doc.chunks:
+            if c.chunk_level < 3:
+                if c.chunk_id not in last_leaf:  # cannot happen for a non-empty parent
+                    raise ValueError(f"chunk {c.chunk_id} has no leaves")
+                self._closes.setdefault(last_leaf[c.chunk_id], []).append(c)
+        for parents in self._closes.values():
+            parents.sort(key=lambda c: -c.chunk_level)  # L2 before the L1 around it
+        self._held: dict[str, list[np.ndarray]] = {}
+
+    def take(self, leaf: ChunkRecord, vector: np.ndarray) -> list[tuple[ChunkRecord, np.ndarray]]:
+        """Records one embedded leaf; returns the parents it completes, with their vectors."""
+        self._held.setdefault(leaf.parent_chunk_id, []).append(vector)
+        self._held.setdefault(leaf.root_chunk_id, []).append(vector)
+        self.leaves_left -= 1
+        return [
+            (parent, normalise(np.mean(np.stack(self._held.pop(parent.chunk_id)), axis=0)))
+            for parent in self._closes.pop(leaf.chunk_id, ())
+        ]
+
+    def report(self) -> IngestedDocument:
+        return IngestedDocument(
+            filename=self.doc.filename,
+            file_type=self.doc.file_type,
+            pages=self.doc.pages,
+            l1_chunks=self.entry.level_count(1),
+            l2_chunks=self.entry.level_count(2),
+            l3_chunks=self.entry.level_count(3),
+            replaced=self.replaced,
+        )
 
 
 class _ProgressCounter:
@@ -175,33 +243,37 @@ class _ProgressCounter:
                 self._first = i + 1
 
 
-class _Handover:
-    """The bounded queue between the embedder and the writer, bounded in leaves (a document
+class _Handover(Generic[T]):
+    """The bounded queue between the embedder and the writer, bounded in leaves (an item
     larger than the bound passes alone), so that embedding runs ahead of writing without
-    holding every document's vectors at once."""
+    holding every vector at once."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._held = 0
-        self._queue: asyncio.Queue[_Prepared | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[T, int] | None] = asyncio.Queue()
         self._room = asyncio.Condition()
 
-    async def put(self, p: _Prepared) -> None:
-        size = len(p.leaves)
+    async def put(self, item: T, size: int) -> None:
         async with self._room:
             await self._room.wait_for(lambda: self._held == 0 or self._held + size <= self._limit)
             self._held += size
-        self._queue.put_nowait(p)
+        self._queue.put_nowait((item, size))
 
     def close(self) -> None:
         self._queue.put_nowait(None)
 
-    async def get(self) -> _Prepared | None:
+    async def get(self) -> tuple[T, int] | None:
+        """The next item and its size; None once closed and drained."""
         return await self._queue.get()
 
-    async def done(self, p: _Prepared) -> None:
+    def ready(self) -> bool:
+        """Whether `get` would return at once."""
+        return not self._queue.empty()
+
+    async def done(self, size: int) -> None:
         async with self._room:
-            self._held -= len(p.leaves)
+            self._held -= size
             self._room.notify_all()
 
 
@@ -266,27 +338,22 @@ class Ingestor:
         chunks = chunk_document(doc.filename, file_type, pages, self._chunking)
         if not any(c.chunk_level == 3 for c in chunks):
             raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
-        return _Prepared(doc.filename, file_type, len(pages), chunks, {})
+        return _Prepared(doc.filename, file_type, len(pages), chunks)
 
     async def _embed(
         self,
-        prepared: list[_Prepared],
-        handover: _Handover,
+        versions: list[_Version],
+        handover: _Handover[Window],
         deadline: float | None,
         progress: _ProgressCounter | None,
     ) -> None:
         """Embeds the leaves of all documents in windows that span documents (a request of many
-        small documents still fills every window) and hands each document over as soon as its
-        last leaf is embedded. Only leaves go through the model: embedding is the ingest
-        bottleneck, and a parent's mean vector keeps level-2 recall sound (README
-        "Ingestion")."""
-        leaves = [(p, c) for p in prepared for c in p.leaves]
-        ends: list[int] = []
-        for p in prepared:
-            ends.append((ends[-1] if ends else 0) + len(p.leaves))
+        small documents still fills every window) and hands each window to the writer. Only
+        leaves go through the model: embedding is the ingest bottleneck, and a parent's mean
+        vector keeps level-2 recall sound (README "Ingestion")."""
+        leaves = [(v, c) for v in versions for c in v.doc.leaves]
         if progress is not None:
             progress.advance(0)
-        next_doc = 0
         windows = embed_windows(
             self._embedder,
             [c.text for _, c in leaves],
@@ -310,21 +377,71 @@ class Ingestor:
                 if vectors.shape != (len(owners), self._embedder.dim):
                     log.error("embedder returned shape %s for %d texts", vectors.shape, len(owners))
                     raise DependencyUnavailable("embedder", "the embedding model failed")
-                for (p, chunk), vector in zip(owners, vectors, strict=True):
-                    p.vectors[chunk.chunk_id] = vector
-                while next_doc < len(prepared) and ends[next_doc] <= offset + len(owners):
-                    _mean_parent_vectors(prepared[next_doc])
-                    await handover.put(prepared[next_doc])
-                    next_doc += 1
+                window = [(v, c, vec) for (v, c), vec in zip(owners, vectors, strict=True)]
+                await handover.put(window, len(window))
 
-    async def _write_handed_over(
-        self, handover: _Handover, reports: list[IngestedDocument]
+    async def _write_windows(
+        self, handover: _Handover[Window], reports: list[IngestedDocument]
     ) -> None:
-        while (p := await handover.get()) is not None:
+        """Writes each embedded window as it arrives, together with every window already
+        waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes."""
+        closed = False
+        while not closed:
+            first = await handover.get()
+            if first is None:
+                return
+            taken = [first]
+            while handover.ready() and sum(size for _, size in taken) < MAX_FLUSH_LEAVES:
+                more = await handover.get()
+                if more is None:
+                    closed = True
+                    break
+                taken.append(more)
+            rows, completed = await asyncio.to_thread(_stage, [w for w, _ in taken])
             async with self._lock:
-                reports.append(await self._write(p))
-            p.vectors.clear()
-            await handover.done(p)
+                await self._flush(rows, completed)
+            reports.extend(v.report() for v in completed)
+            for _, size in taken:
+                await handover.done(size)
+
+    async def _flush(self, rows: dict[int, list[Row]], completed: list[_Version]) -> None:
+        """One write: the staged rows (several documents', one upsert per level), then the
+        commit records of the documents they complete, in one upsert (each record commits its
+        own document: a crash between two leaves each document whole, old or new)."""
+        try:
+            for lvl in (3, 2, 1):  # leaves first: they are what the writer holds vectors for
+                if rows[lvl]:
+                    await self._chunks.write_chunks(lvl, rows[lvl])
+                    await self._checkpoint(f"during_level_{lvl}")
+            if not completed:
+                return
+            await self._checkpoint("before_commit")
+            committed = [replace(v.entry, state=COMMITTED) for v in completed]
+            await self._registry.put(*committed)  # the commit: these versions are current
+        except STORE_FAILURES:
+            log.error("writing %d rows failed; previous versions stay current", len(rows[3]))
+            raise
+        for v, entry in zip(completed, committed, strict=True):
+            v.entry, v.committed = entry, True
+            record_ingested(*(entry.level_count(lvl) for lvl in LEVELS))
+        await self._checkpoint("after_commit")
+        await self._settle([v.entry for v in completed])
+        await self._checkpoint("after_cleanup")
+
+    async def _begin(self, versions: list[_Version]) -> None:
+        """The PENDING records of every document of the request, in one upsert, before any of
+        their rows: each names all rows its version will have, so reconciliation can always
+        find (and remove) the rows of a version that died."""
+        records = await self._registry.records_of([v.doc.filename for v in versions])
+        for v in versions:
+            keys = (
+                RecordKey(r.filename, r.version, r.state) for r in records.get(v.doc.filename, [])
+            )
+            current = current_of(keys).get(v.doc.filename)
+            v.replaced = current is not None and current.state == COMMITTED
+        await self._checkpoint("before_write")
+        await self._registry.put(*(v.entry for v in versions))
+        await self._checkpoint("after_intent")
 
     async def ingest(
         self,
@@ -334,9 +451,10 @@ class Ingestor:
         on_progress: ProgressSink | None = None,
     ) -> list[IngestedDocument]:
         """All documents are validated and parsed before anything is embedded or written, so
-        bad input changes nothing. Then embedding and writing overlap: document k is written
-        while the leaves after it embed, each document all or nothing. When embedding fails,
-        the documents embedded before the failure are still written, then the error is
+        bad input changes nothing. Then embedding and writing overlap: each embedded window's
+        rows are written while the next windows embed, and a document is committed (all or
+        nothing) once its last rows are. When embedding fails, the documents embedded before
+        the failure are still committed, the uncommitted versions removed, then the error is
         raised; when a write fails, embedding stops. `deadline` is a `time.monotonic()`
         instant for the embedder; `on_progress` hears each document's embedding progress."""
         started = time.monotonic()
@@ -347,31 +465,43 @@ class Ingestor:
             if doc.filename in seen:
                 raise InvalidArgument(f"documents[{i}].filename", "appears twice in the request")
             seen.add(doc.filename)
-        prepared = await asyncio.to_thread(
-            lambda: [self._parse(i, d) for i, d in enumerate(documents)]
+        versions = await asyncio.to_thread(
+            lambda: [_Version(self._parse(i, d)) for i, d in enumerate(documents)]
         )
-        progress = _ProgressCounter(prepared, on_progress, started) if on_progress else None
-        handover = _Handover(PENDING_WINDOWS * self._window)
+        progress = (
+            _ProgressCounter([v.doc for v in versions], on_progress, started)
+            if on_progress
+            else None
+        )
+        handover: _Handover[Window] = _Handover(PENDING_WINDOWS * self._window)
         reports: list[IngestedDocument] = []
-        writer = asyncio.ensure_future(self._write_handed_over(handover, reports))
-        embedder = asyncio.ensure_future(self._embed(prepared, handover, deadline, progress))
+        tasks: list[asyncio.Future[None]] = []
         try:
+            async with self._lock:
+                await self._begin(versions)
+            writer = asyncio.ensure_future(self._write_windows(handover, reports))
+            embedder = asyncio.ensure_future(self._embed(versions, handover, deadline, progress))
+            tasks = [embedder, writer]
             await asyncio.wait({writer, embedder}, return_when=asyncio.FIRST_COMPLETED)
             if writer.done():  # before the embedder: only by a failed write
                 await writer
-            # Documents embedded before an embedding failure are still written, then the
+            # Documents embedded before an embedding failure are still committed, then the
             # failure is raised.
             handover.close()
             await writer
             await embedder
             return reports
         finally:
-            for task in (embedder, writer):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(embedder, writer, return_exceptions=True)
-            if reports:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            unfinished = [v.entry for v in versions if not v.committed]
+            if unfinished or reports:
                 async with self._lock:
-                    await self._seal()
+                    if unfinished:
+                        await self._discard_quietly(unfinished)
+                    if reports:
+                        await self._seal()
 
     async def ingest_events(
         self,
@@ -427,83 +557,45 @@ class Ingestor:
         except STORE_FAILURES:
             log.warning("could not flush the written rows into indexed segments")
 
-    async def _write(self, p: _Prepared) -> IngestedDocument:
-        version = new_version()
-        rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
-        counts: dict[str, list[int]] = {}
-        for c in p.chunks:
-            rows[c.chunk_level].append(store_row(c, p.vectors[c.chunk_id], version))
-            counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
-        entry = DocumentEntry(p.filename, p.file_type, p.pages, counts, version, PENDING)
-        previous = await self._registry.get(p.filename)
-        await self._checkpoint("before_write")
+    async def _discard_quietly(self, entries: list[DocumentEntry]) -> None:
+        """Removes versions that will never commit (rows first, records last)."""
         try:
-            # The pending record comes first: it names every row about to be written, so
-            # reconciliation can always find (and remove) the rows of a version that died.
-            await self._registry.put(entry)
-            await self._checkpoint("after_intent")
-            for lvl in LEVELS:
-                await self._chunks.write_chunks(lvl, rows[lvl])
-                await self._checkpoint(f"after_level_{lvl}")
-            entry.state = COMMITTED
-            await self._registry.put(entry)  # the commit: from here on this version is current
-        except STORE_FAILURES:
-            log.error("writing %s failed; its previous version stays current", p.filename)
-            await self._discard_quietly(entry)
-            raise
-        record_ingested(len(rows[1]), len(rows[2]), len(rows[3]))
-        await self._checkpoint("after_commit")
-        await self._settle(entry)
-        await self._checkpoint("after_cleanup")
-        return IngestedDocument(
-            filename=p.filename,
-            file_type=p.file_type,
-            pages=p.pages,
-            l1_chunks=len(rows[1]),
-            l2_chunks=len(rows[2]),
-            l3_chunks=len(rows[3]),
-            replaced=previous is not None,
-        )
-
-    async def _discard(self, entry: DocumentEntry) -> int:
-        """Removes one version: rows first, its record last (a record always names every row
-        that may exist)."""
-        deleted = 0
-        for lvl in LEVELS:
-            deleted += await self._chunks.delete_rows(lvl, entry.pks(lvl))
-        await self._registry.remove([entry])
-        return deleted
-
-    async def _discard_quietly(self, entry: DocumentEntry) -> None:
-        try:
-            await self._discard(entry)
+            await self._remove_versions(entries, "discard")
         except STORE_FAILURES:
             # The write's own error is what the caller hears; reconciliation removes the rest.
-            log.error("removing the failed version of %s failed", entry.filename)
+            log.error("removing %d uncommitted versions failed", len(entries))
 
-    async def _settle(self, entry: DocumentEntry) -> None:
-        """After a commit: if a newer version was committed meanwhile (another replica won),
-        this one is removed; otherwise the older committed versions are. Failures are logged:
-        the commit stands and reconciliation finishes the job."""
+    async def _settle(self, entries: list[DocumentEntry]) -> None:
+        """After a commit, per document: if a newer version was committed meanwhile (another
+        replica won), this one is removed; otherwise the older committed versions are. One
+        registry query and one delete per level for all of them. Failures are logged: the
+        commits stand and reconciliation finishes the job."""
         try:
-            records = await self._registry.records(entry.filename)
-            current = current_of(RecordKey(r.filename, r.version, r.state) for r in records)
-            winner = current.get(entry.filename)
-            if winner is not None and winner.version != entry.version:
-                log.info("a newer version of %s was committed meanwhile", entry.filename)
-                await self._discard(entry)
-                return
-            older = [r for r in records if r.state != PENDING and r.version < entry.version]
-            await self._remove_versions(older, "during_cleanup")
+            records = await self._registry.records_of([e.filename for e in entries])
+            doomed: list[DocumentEntry] = []
+            for entry in entries:
+                mine = records.get(entry.filename, [])
+                current = current_of(RecordKey(r.filename, r.version, r.state) for r in mine)
+                winner = current.get(entry.filename)
+                if winner is not None and winner.version != entry.version:
+                    log.info("a newer version of %s was committed meanwhile", entry.filename)
+                    doomed.append(entry)
+                    continue
+                doomed += [r for r in mine if r.state != PENDING and r.version < entry.version]
+            await self._remove_versions(doomed, "during_cleanup")
         except STORE_FAILURES:
-            log.error("removing older versions of %s failed", entry.filename)
+            log.error("removing older versions of %d documents failed", len(entries))
 
     async def _remove_versions(self, entries: list[DocumentEntry], checkpoint: str) -> int:
+        """Removes whole versions, rows first (one delete per level for all of them) and
+        records last, so a record always names every row that may exist."""
+        if not entries:
+            return 0
         deleted = 0
         for lvl in LEVELS:
-            for e in entries:
-                deleted += await self._chunks.delete_rows(lvl, e.pks(lvl))
-            if entries and lvl == 1:
+            pks = [pk for e in entries for pk in e.pks(lvl)]
+            deleted += await self._chunks.delete_rows(lvl, pks)
+            if lvl == 1:
                 await self._checkpoint(checkpoint)
         await self._registry.remove(entries)
         return deleted
@@ -598,21 +690,19 @@ def embedding_window(embedder: Embedder) -> int:
     return max(MIN_WINDOW, batch * concurrency)
 
 
-def _mean_parent_vectors(p: _Prepared) -> None:
-    """L2 = normalised mean of its L3 children; L1 = normalised mean of its L3 descendants."""
-    children: dict[str, list[np.ndarray]] = {}
-    roots: dict[str, list[np.ndarray]] = {}
-    for c in p.chunks:
-        if c.chunk_level == 3:
-            children.setdefault(c.parent_chunk_id, []).append(p.vectors[c.chunk_id])
-            roots.setdefault(c.root_chunk_id, []).append(p.vectors[c.chunk_id])
-    for c in p.chunks:
-        source = children if c.chunk_level == 2 else roots if c.chunk_level == 1 else None
-        if source is not None:
-            stack = source.get(c.chunk_id)
-            if not stack:  # cannot happen for a non-empty parent, but never write a zero
-                raise ValueError(f"chunk {c.chunk_id} has no leaves")
-            p.vectors[c.chunk_id] = normalise(np.mean(np.stack(stack), axis=0))
+def _stage(windows: list[Window]) -> tuple[dict[int, list[Row]], list[_Version]]:
+    """The rows of embedded windows (their leaves and every parent they complete) per level,
+    and the versions they complete."""
+    rows: dict[int, list[Row]] = {lvl: [] for lvl in LEVELS}
+    completed: list[_Version] = []
+    for window in windows:
+        for v, leaf, vector in window:
+            rows[3].append(store_row(leaf, vector, v.entry.version))
+            for parent, mean in v.take(leaf, vector):
+                rows[parent.chunk_level].append(store_row(parent, mean, v.entry.version))
+            if v.leaves_left == 0:
+                completed.append(v)
+    return rows, completed
 
 
 def store_row(c: ChunkRecord, vector: np.ndarray, version: str) -> dict[str, Any]:

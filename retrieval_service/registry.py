@@ -174,9 +174,12 @@ class DocumentRegistry:
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
         pks = [e.pk for e in entries]
-        if pks:
+        for start in range(0, len(pks), _BATCH):
+            batch = pks[start : start + _BATCH]
             await self._milvus.run(
-                lambda client: client.delete(self._collection, filter=in_filter("pk", pks))
+                lambda client, batch=batch: client.delete(
+                    self._collection, filter=in_filter("pk", batch)
+                )
             )
 
     # ---- reads -----------------------------------------------------------------------------
@@ -190,6 +193,19 @@ class DocumentRegistry:
             self._query, in_filter("filename", [filename]), REGISTRY_FIELDS
         )
         return sorted((_entry(r) for r in rows), key=lambda e: e.version)
+
+    async def records_of(self, filenames: Iterable[str]) -> dict[str, list[DocumentEntry]]:
+        """Every record of each named document (pending ones included), oldest first: one
+        query per 1000 names, for a write of many documents."""
+        names = sorted(set(filenames))
+        out: dict[str, list[DocumentEntry]] = {}
+        for start in range(0, len(names), _BATCH):
+            rows = await self._milvus.run(
+                self._query, in_filter("filename", names[start : start + _BATCH]), REGISTRY_FIELDS
+            )
+            for entry in sorted((_entry(r) for r in rows), key=lambda e: e.version):
+                out.setdefault(entry.filename, []).append(entry)
+        return out
 
     async def get(self, filename: str) -> DocumentEntry | None:
         """The current version of a document; None when it has none or was deleted."""

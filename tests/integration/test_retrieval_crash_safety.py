@@ -6,7 +6,12 @@ previous version intact or the new one complete — never a mix — with the sto
 level equal to ListDocuments' counts and one registry record per document. Then the same on a
 shared `milvus-lite server`, and two replicas on one server: concurrent ingests of one
 filename end with exactly one complete version, and a replica never serves another replica's
-uncommitted rows."""
+uncommitted rows.
+
+A version's rows are written in pieces as its leaves embed, so NEW spans two embedding windows
+(the service's 32 leaves each): the `during_level_N` points kill the process with rows of that
+level written and more to come, which the server test checks in the store before cleaning up.
+"""
 
 from __future__ import annotations
 
@@ -45,12 +50,13 @@ DIM = 64
 DOC = "kb.md"
 OTHER = "other.md"
 # Default chunk sizes (L1 2400, L2 1600, L3 800 characters): both versions span several
-# chunks on every level, and their counts differ.
+# chunks on every level, and their counts differ; NEW has more leaves than one embedding
+# window (32), so its rows are written in more than one piece.
 OLD = "".join(
     f"The lighthouse keeper counts seagulls on the northern cliff {i}. " for i in range(90)
 )
 NEW = "".join(
-    f"A glacier researcher measures icebergs in the southern fjord {i}. " for i in range(55)
+    f"A glacier researcher measures icebergs in the southern fjord {i}. " for i in range(600)
 )
 OTHER_TEXT = "Bees dance to tell the hive where the flowers are. " * 20
 OLD_QUERY = "lighthouse keeper counts seagulls north cliff"
@@ -59,11 +65,16 @@ INGEST_POINTS = [p for p in CRASH_POINTS if not p.startswith("delete_")]
 DELETE_POINTS = [p for p in CRASH_POINTS if p.startswith("delete_")]
 # Where the new version has become current (its commit record is written).
 NEW_WINS = {"after_commit", "during_cleanup", "after_cleanup"}
+# Where the new version's rows of one level are partly written.
+MID_LEVEL = {f"during_level_{lvl}": lvl for lvl in LEVELS}
+WINDOW = 32
 
 
 @pytest.fixture(scope="module")
 def embedding_server() -> Iterator[EmbeddingsServer]:
-    server = EmbeddingsServer(DIM).start()
+    # A little time per batch, as a real endpoint takes: the writer has NEW's first window
+    # written well before its second one is embedded.
+    server = EmbeddingsServer(DIM, batch_delay=0.05).start()
     yield server
     server.stop()
 
@@ -189,6 +200,14 @@ async def rows_of(svc: Service, filename: str) -> dict[int, list[dict[str, Any]]
     return out
 
 
+async def pending_rows(svc: Service) -> dict[int, int]:
+    """The rows per level of DOC's one pending version."""
+    pending = [k for k in await svc.app.registry.scan() if k.state == PENDING]
+    assert [k.filename for k in pending] == [DOC]
+    rows = await rows_of(svc, DOC)
+    return {lvl: sum(r["version"] == pending[0].version for r in rows[lvl]) for lvl in LEVELS}
+
+
 @dataclass(frozen=True)
 class Versions:
     old: tuple[int, int, int]
@@ -271,6 +290,7 @@ def lite_template(embedding_server: EmbeddingsServer) -> Iterator[tuple[Path, Ve
 async def test_kill_anywhere_on_milvus_lite(tmp_path, embedding_server, lite_template, point):
     template, versions = lite_template
     assert versions.old != versions.new and min(versions.new) > 1 and min(versions.old) > 1
+    assert versions.new[2] > WINDOW
     db = tmp_path / "kb.db"
     shutil.copytree(template, db)
     env = {**embedding_env(embedding_server), "MILVUS_URI": str(db), "MILVUS_COLLECTION": "crash"}
@@ -315,6 +335,18 @@ async def test_kill_anywhere_on_a_milvus_server(
         assert (await seed_old(svc)).old == versions.old
     env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
     await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
+    if point in MID_LEVEL or point == "before_commit":
+        # Restarted with the default grace, the dead write is still there to look at.
+        async with restarted(embedding_server, uri, collection) as svc:
+            written = await pending_rows(svc)
+            assert (await svc.listing())[DOC] == versions.old
+            docs, _ = await svc.retrieve(NEW_QUERY, top_k=10)
+            assert docs and not any("glacier" in d["text"] for d in docs)  # never served
+        lvl = MID_LEVEL.get(point)
+        if lvl is None:  # all rows written, no commit
+            assert written == dict(zip(LEVELS, versions.new, strict=True))
+        else:  # killed with rows of this level written and more to come
+            assert 0 < written[lvl] < versions.new[lvl - 1], written
     async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
         assert await assert_whole(svc, versions) == expected(point)
 
@@ -340,7 +372,7 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
         await asyncio.to_thread(b.ingest, DOC, OLD)
         # A third replica dies with NEW written on every level but not committed: the live
         # replicas never serve those rows, and their reconciliation (grace 1 h) keeps them.
-        await asyncio.to_thread(run_until_crash, tmp_path / "c.log", env, "after_level_3")
+        await asyncio.to_thread(run_until_crash, tmp_path / "c.log", env, "before_commit")
         for replica in (a, b):
             texts = await asyncio.to_thread(replica.retrieve, NEW_QUERY)
             assert texts and not any("glacier" in t for t in texts)

@@ -1,13 +1,25 @@
 """The ingest pipeline's pure parts: the hand-over between embedder and writer is bounded in
-leaves (a document larger than the bound passes alone), and the embedder's running count over
-a request becomes per-document progress in request order."""
+leaves (an item larger than the bound passes alone); the embedder's running count over a
+request becomes per-document progress in request order; and embedded windows become rows
+piecewise — each parent as soon as its last leaf is in, with the normalised mean of its
+leaves' vectors — holding no more than one L1's leaf vectors per document."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
-from retrieval_service.ingest import IngestProgress, _Handover, _Prepared, _ProgressCounter
+from retrieval_service.embedding import normalise
+from retrieval_service.ingest import (
+    IngestProgress,
+    _Handover,
+    _Prepared,
+    _ProgressCounter,
+    _stage,
+    _Version,
+)
 
 SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
 
@@ -15,7 +27,7 @@ SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
 def prepared(name: str, sentences: int) -> _Prepared:
     text = " ".join(f"Sentence {i} of {name} is about tides." for i in range(sentences))
     chunks = chunk_document(name, "Text", [Page(0, text)], SMALL)
-    return _Prepared(name, "Text", 1, chunks, {})
+    return _Prepared(name, "Text", 1, chunks)
 
 
 async def settle() -> None:
@@ -25,30 +37,30 @@ async def settle() -> None:
 
 async def test_the_handover_holds_the_embedder_back_until_the_writer_catches_up() -> None:
     a, b = prepared("a.txt", 4), prepared("b.txt", 4)
-    handover = _Handover(limit=len(a.leaves) + len(b.leaves) - 1)
-    await handover.put(a)
-    blocked = asyncio.ensure_future(handover.put(b))
+    handover: _Handover[_Prepared] = _Handover(limit=len(a.leaves) + len(b.leaves) - 1)
+    await handover.put(a, len(a.leaves))
+    blocked = asyncio.ensure_future(handover.put(b, len(b.leaves)))
     await settle()
     assert not blocked.done()
-    assert await handover.get() is a
-    await handover.done(a)
+    assert await handover.get() == (a, len(a.leaves))
+    await handover.done(len(a.leaves))
     await blocked
-    assert await handover.get() is b
+    assert await handover.get() == (b, len(b.leaves))
 
 
 async def test_a_document_larger_than_the_bound_passes_alone() -> None:
     big, small = prepared("big.txt", 20), prepared("small.txt", 1)
-    handover = _Handover(limit=2)
+    handover: _Handover[_Prepared] = _Handover(limit=2)
     assert len(big.leaves) > 2
-    await handover.put(big)
-    blocked = asyncio.ensure_future(handover.put(small))
+    await handover.put(big, len(big.leaves))
+    blocked = asyncio.ensure_future(handover.put(small, len(small.leaves)))
     await settle()
     assert not blocked.done()
     await handover.get()
-    await handover.done(big)
+    await handover.done(len(big.leaves))
     await blocked
     handover.close()
-    assert await handover.get() is small
+    assert await handover.get() == (small, len(small.leaves))
     assert await handover.get() is None
 
 
@@ -68,3 +80,46 @@ def test_progress_per_document_in_request_order() -> None:
         ("b.txt", 1, nb),
         ("b.txt", nb, nb),
     ]
+
+
+def test_windows_become_rows_piecewise_with_parents_once_their_leaves_are_in() -> None:
+    doc = prepared("tides.txt", 40)
+    version = _Version(doc)
+    rng = np.random.default_rng(7)
+    vectors = {c.chunk_id: normalise(rng.standard_normal(8)).astype(np.float32) for c in doc.leaves}
+    window = [(version, c, vectors[c.chunk_id]) for c in doc.leaves]
+    assert len(window) > 6
+    written: dict[int, dict[str, list[float]]] = {1: {}, 2: {}, 3: {}}
+    for start in range(0, len(window), 3):  # windows of 3 leaves
+        rows, completed = _stage([window[start : start + 3]])
+        leaves_so_far = {c.chunk_id for _, c, _ in window[: start + 3]}
+        for lvl, level_rows in rows.items():
+            for row in level_rows:
+                assert row["version"] == version.entry.version
+                written[lvl][row["chunk_id"]] = row["dense"]
+        # A parent is written exactly when all its leaves are in, never before.
+        for c in doc.chunks:
+            if c.chunk_level < 3:
+                mine = [
+                    x.chunk_id
+                    for x in doc.leaves
+                    if c.chunk_id in (x.parent_chunk_id, x.root_chunk_id)
+                ]
+                assert (c.chunk_id in written[c.chunk_level]) == (set(mine) <= leaves_so_far)
+        last = start + 3 >= len(window)
+        assert completed == ([version] if last else [])
+    by_level = {lvl: [c for c in doc.chunks if c.chunk_level == lvl] for lvl in (1, 2, 3)}
+    assert {lvl: len(written[lvl]) for lvl in written} == {
+        lvl: len(by_level[lvl]) for lvl in by_level
+    }
+    for c in by_level[2]:
+        mean = np.mean(
+            [vectors[x.chunk_id] for x in doc.leaves if x.parent_chunk_id == c.chunk_id], axis=0
+        )
+        assert np.allclose(written[2][c.chunk_id], normalise(mean), atol=1e-6)
+    for c in by_level[1]:
+        mean = np.mean(
+            [vectors[x.chunk_id] for x in doc.leaves if x.root_chunk_id == c.chunk_id], axis=0
+        )
+        assert np.allclose(written[1][c.chunk_id], normalise(mean), atol=1e-6)
+    assert version.leaves_left == 0 and not version._held and not version._closes
