@@ -1,7 +1,8 @@
 """StreamIngestDocuments and the ingest pipeline through the real service on real Milvus Lite,
 with a scripted OpenAI-compatible embeddings endpoint on 127.0.0.1 that takes a fixed time per
 batch: progress arrives while a multi-batch document embeds and the stream ends with exactly
-one result; a document is written while a later one still embeds; failures end the stream
+one result; a document is written while a later one still embeds, and a large one in pieces
+under its pending version, which readers never see before its commit; failures end the stream
 with the unary call's status; a passed deadline stops the embedder."""
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from supermew.v1 import retrieval_pb2
 
 from retrieval_service.embedding import OpenAIEmbedder
 from retrieval_service.ingest import SourceDocument
+from retrieval_service.milvus_schema import LEVELS, PENDING
 from shared.errors import DeadlineExceeded
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.fakes.retrieval_doubles import FailingEmbedder
-from tests.integration.retrieval_harness import running_service
+from tests.integration.retrieval_harness import Service, running_service
 
 DIM = 16
 # About 20 leaves of the harness's 80-character chunks.
@@ -141,6 +143,52 @@ async def test_a_document_is_written_while_a_later_one_still_embeds(tmp_path, em
         reply = await task
     assert held and written_while_embedding is not None
     assert [d.filename for d in reply.documents] == ["first.md", "later.txt"]
+
+
+async def pending_rows(svc: Service, filename: str) -> dict[int, int]:
+    """Rows per level of the pending versions of `filename`, read straight from the store."""
+    pending = {k.version for k in await svc.app.registry.scan() if k.state == PENDING}
+    out = {}
+    for lvl in LEVELS:
+        name = svc.app.store.level_collection(lvl)
+        rows = await svc.app.store.run(
+            lambda client, name=name: client.query(
+                name, filter=f'filename == "{filename}"', output_fields=["version"]
+            )
+        )
+        out[lvl] = sum(r["version"] in pending for r in rows)
+    return out
+
+
+async def test_a_large_document_is_written_in_pieces_before_its_commit(tmp_path, embedder) -> None:
+    gated = GatedEmbedder(embedder, gate_on=3)  # windows 1 and 2 embed, window 3 is held
+    async with running_service(tmp_path / "kb.db", embedder=embedder) as svc:
+        await svc.ingest(("gulls.md", b"Gulls nest on the cliffs by the lighthouse."))
+    async with running_service(tmp_path / "kb.db", embedder=gated) as svc:
+        svc.app.ingestor._window = 4
+        task = asyncio.ensure_future(svc.ingest(("tides.txt", LONG_TEXT.encode())))
+        written: dict[int, int] = {}
+        for _ in range(400):  # until both windows' rows are in the store
+            written = await pending_rows(svc, "tides.txt")
+            if written[3] >= 8 or task.done():
+                break
+            await asyncio.sleep(0.05)
+        listing_meanwhile = await svc.listing()
+        docs_meanwhile, _ = await svc.retrieve("lighthouses and tides", top_k=10)
+        held = not task.done()
+        gated.gate.set()
+        reply = await task
+        after = await pending_rows(svc, "tides.txt")
+        listing = await svc.listing()
+    assert held
+    counts = listing["tides.txt"]
+    # Mid-ingest: the leaves of two windows and the parents they complete are written, the
+    # rest (more than a window) not yet — and nothing of it is listed or served.
+    assert written[3] == 8 and counts[2] == reply.documents[0].l3_chunks > 12
+    assert 0 < written[2] < counts[1] and 0 < written[1] < counts[0]
+    assert listing_meanwhile == {"gulls.md": listing_meanwhile["gulls.md"]}
+    assert docs_meanwhile and all(d["filename"] == "gulls.md" for d in docs_meanwhile)
+    assert after == {1: 0, 2: 0, 3: 0}  # committed: no version is pending any more
 
 
 async def test_a_failing_embedder_ends_the_stream_with_unavailable(tmp_path, embedder) -> None:
