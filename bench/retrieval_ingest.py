@@ -10,21 +10,29 @@
 - Retrieve p50 with a busy neighbour core ÷ idle (≤ 1.5: no spin-waiting under contention);
 - against a scripted OpenAI-compatible embeddings server on 127.0.0.1 with a fixed 100 ms per
   batch: texts/s ÷ (concurrency × batch ÷ 0.1 s), for the embedder alone and for IngestDocuments
-  (≥ 0.9).
+  (≥ 0.9);
+- memory: one `--memory-bytes` English text (20 MiB, the largest document allowed) through
+  IngestDocuments against the scripted endpoint with no delay, in a fresh process: resident
+  memory before and at its peak (sampled every 20 ms), beside the size of the rows it writes,
+  which the streamed write never holds at once.
 
-    python -m bench.retrieval_ingest [--leaves N] [--file-bytes BYTES] [--queries N]"""
+    python -m bench.retrieval_ingest [--docs N] [--file-bytes BYTES] [--queries N]
+                                     [--memory-bytes BYTES]"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
+import numpy as np
 from supermew.v1 import retrieval_pb2
 
 from bench._retrieval_rig import (
@@ -74,7 +82,7 @@ def english_file(size: int) -> str:
     corpus = load_scifact(SCIFACT_DIR).corpus
     parts: list[str] = []
     total = 0
-    for text in corpus.values():
+    for text in itertools.cycle(corpus.values()):  # the corpus again past its ~7 MiB
         parts.append(text)
         total += len(text.encode()) + 2
         if total >= size:
@@ -218,6 +226,79 @@ async def scripted(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+# ---- memory ----------------------------------------------------------------------------------
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """The largest resident set seen while the block runs (sampled in a thread)."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        self.peak = rss_bytes()
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+
+async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
+    from retrieval_service.ingest import store_row
+    from tests.fakes.embeddings_server import EmbeddingsServer
+
+    quiet()
+    text = english_file(args.memory_bytes)
+    server = EmbeddingsServer(384).start()
+    embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
+    try:
+        with scratch_db("bench-ingest-memory-") as db:
+            app = await create_app(bench_settings(db), embedder=embedder)
+            try:
+                before = rss_bytes()
+                with PeakRss() as peak:
+                    seconds, leaves = await ingest_seconds(app, {"large.txt": text})
+                counts = await app.registry.get("large.txt")
+            finally:
+                await app.aclose(close_embedder=False)
+    finally:
+        await embedder.aclose()
+        server.stop()
+    assert counts is not None
+    rows = sum(counts.level_count(lvl) for lvl in (1, 2, 3))
+    # What a row weighs as built for an upsert (its vector a list of Python floats), averaged
+    # over a sample of the same text's chunks of every level.
+    sample = chunk_document("large.txt", "Text", [Page(0, text[:50000])], CHUNKING)
+    built = [store_row(c, np.zeros(384, dtype=np.float32), "v") for c in sample]
+    row_bytes = sum(
+        sys.getsizeof(r) + sum(map(sys.getsizeof, r.values())) + 384 * sys.getsizeof(0.5)
+        for r in built
+    ) / len(built)
+    return {
+        "bytes": len(text.encode()),
+        "leaves": leaves,
+        "rows": rows,
+        "seconds": seconds,
+        "rss_before": before,
+        "rss_peak": peak.peak,
+        "rows_at_once": rows * row_bytes,
+    }
+
+
 # ---- the report ----------------------------------------------------------------------------
 
 
@@ -235,6 +316,7 @@ def forward(args: argparse.Namespace) -> list[str]:
         f"--docs={args.docs}",
         f"--file-bytes={args.file_bytes}",
         f"--queries={args.queries}",
+        f"--memory-bytes={args.memory_bytes}",
     ]
 
 
@@ -244,6 +326,9 @@ async def run(args: argparse.Namespace) -> None:
         return
     if args.child == "new":
         print(json.dumps(await child_new(args)))
+        return
+    if args.child == "memory":
+        print(json.dumps(await child_memory(args)))
         return
     quiet()
     leaves = len(leaves_of(documents(args.docs)))
@@ -295,6 +380,37 @@ async def run(args: argparse.Namespace) -> None:
             ["path", "texts/s", "÷ ideal (target ≥ 0.9)"],
         )
     )
+    if args.memory_bytes:
+        m = spawn("memory", args)
+        mib = 1024 * 1024
+        print(
+            f"\nmemory: one {m['bytes'] / mib:.1f} MiB English text through IngestDocuments, "
+            f"scripted endpoint without delay, fresh process (resident set sampled every 20 ms):"
+        )
+        print(
+            table(
+                [
+                    [
+                        m["leaves"],
+                        m["rows"],
+                        round(m["seconds"], 1),
+                        round(m["rss_before"] / mib),
+                        round(m["rss_peak"] / mib),
+                        round((m["rss_peak"] - m["rss_before"]) / mib),
+                        round(m["rows_at_once"] / mib),
+                    ]
+                ],
+                [
+                    "leaves",
+                    "rows",
+                    "seconds",
+                    "RSS before MiB",
+                    "peak MiB",
+                    "growth MiB",
+                    "its rows at once MiB",
+                ],
+            )
+        )
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -307,7 +423,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="size of the English and the Chinese file (1 MiB by default)",
     )
     p.add_argument("--queries", type=int, default=30)
-    p.add_argument("--child", choices=["old", "new"], help=argparse.SUPPRESS)
+    p.add_argument(
+        "--memory-bytes",
+        type=int,
+        default=int(os.environ.get("BENCH_INGEST_MEMORY_BYTES", str(20 * 1024 * 1024))),
+        help="size of the text the memory check ingests (20 MiB by default; 0 skips it)",
+    )
+    p.add_argument("--child", choices=["old", "new", "memory"], help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
