@@ -292,7 +292,8 @@ def _scrub(span: ReadableSpan) -> ReadableSpan:
 
     status = span.status
     risky_events = any(
-        set(event.attributes or ()) - _KEPT_EVENT_ATTRIBUTES for event in span.events
+        event.name == "exception" and set(event.attributes or ()) - _KEPT_EVENT_ATTRIBUTES
+        for event in span.events
     )
     if not risky_events and not status.description:
         return span
@@ -302,6 +303,8 @@ def _scrub(span: ReadableSpan) -> ReadableSpan:
             {k: v for k, v in (event.attributes or {}).items() if k in _KEPT_EVENT_ATTRIBUTES},
             event.timestamp,
         )
+        if event.name == "exception"
+        else event
         for event in span.events
     ]
     return Readable(
