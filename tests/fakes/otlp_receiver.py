@@ -6,6 +6,7 @@ of their resource, decoded with opentelemetry-proto."""
 from __future__ import annotations
 
 import gzip
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -127,3 +128,18 @@ class OtlpReceiver:
                 names = sorted({(s.service, s.name) for s in self.received()})
                 raise AssertionError(f"spans not received in {timeout}s; have {names}")
             time.sleep(0.05)
+
+
+def main() -> None:
+    """`python -m tests.fakes.otlp_receiver`: serve on a free port (printed first), and print
+    how many spans arrived when stdin closes. Benchmarks run it as a separate process, as a
+    collector is, so that decoding the exports costs the measured process nothing."""
+    receiver = OtlpReceiver().start()
+    print(receiver.port, flush=True)
+    sys.stdin.read()
+    print(len(receiver.received()), flush=True)
+    receiver.stop()
+
+
+if __name__ == "__main__":
+    main()
