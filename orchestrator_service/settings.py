@@ -36,7 +36,7 @@ class OrchestratorSettings(ServerSettings):
     @field_validator("llm_base_url")
     @classmethod
     def _absolute_url(cls, value: str | None) -> str | None:
-        # Without a scheme httpx fails on every call; say so once, at start-up.
+        # Without a scheme every call fails; say so once, at start-up.
         if value is not None and not value.strip():
             return None
         if value is not None and not value.startswith(("http://", "https://")):
