@@ -229,7 +229,7 @@ class OneSidedPipeline(RetrievalPipeline):
 def mode_pipeline(app: RetrievalApp, side: str, config: RetrievalConfig) -> RetrievalPipeline:
     reranker = Reranker(None, None, None)
     if side == "hybrid":
-        return RetrievalPipeline(app.chunks, app.embedder, reranker, config)
+        return RetrievalPipeline(app.chunks, app.embedder, reranker, config, app.registry)
     return OneSidedPipeline(app.chunks, app.embedder, reranker, config, side)
 
 

@@ -36,11 +36,16 @@ from retrieval_service.app import create_app
 from retrieval_service.chunking import ChunkRecord
 from retrieval_service.embedding import normalise
 from retrieval_service.ingest import store_row
+from retrieval_service.registry import DocumentEntry
 
 DIM = 384
 VOCABULARY = 30_000
 LEAVES_PER_PARENT = 3
 PARENTS_PER_DOCUMENT = 10
+
+# Rows are inserted raw (no ingest); Retrieve serves committed versions only, so every
+# synthetic document gets a commit record of this version.
+BENCH_VERSION = "00000000000000000001-bench"
 
 
 def zipf_words(rng: np.random.Generator, count: int) -> np.ndarray:
@@ -109,7 +114,7 @@ def _row(
         file_path=filename,
         page_number="1",
     )
-    return store_row(record, vector)
+    return store_row(record, vector, BENCH_VERSION)
 
 
 def wait_until_idle(max_seconds: float = 300.0) -> float:
@@ -145,6 +150,12 @@ async def one_size(size: int, queries: int, seed: int) -> list:
                 raw.insert(leaf_collection, leaves)
                 raw.insert(parent_collection, parents)
                 matrices.append(vectors)
+            filenames = sorted(
+                {f"doc{g // PARENTS_PER_DOCUMENT}.txt" for g in range(size // LEAVES_PER_PARENT)}
+            )
+            await app.registry.put(
+                *(DocumentEntry(f, "Text", 1, {}, BENCH_VERSION) for f in filenames)
+            )
             raw.flush(leaf_collection)
             raw.flush(parent_collection)
             insert_s = time.perf_counter() - started

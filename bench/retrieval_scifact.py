@@ -119,13 +119,13 @@ async def ingestion_ratio(
     ]
     embed_s = time.perf_counter() - started
     matrix = np.concatenate(vectors)
-    rows = [store_row(c, matrix[i]) for i, c in enumerate(records)]
+    rows = [store_row(c, matrix[i], "bench") for i, c in enumerate(records)]
     collection = app.store.level_collection(3)
     insert_ms, _ = time_sync(lambda: raw.insert(collection, rows))
     embedder = len(texts) / embed_s
     embed_insert = len(texts) / (embed_s + insert_ms / 1000)
 
-    raw.delete(collection, ids=[r["chunk_id"] for r in rows])
+    raw.delete(collection, ids=[r["pk"] for r in rows])
     await endpoint.stub.DeleteDocuments(
         retrieval_pb2.DeleteDocumentsRequest(filenames=[d.filename for d in docs])
     )

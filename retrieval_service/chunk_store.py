@@ -1,14 +1,15 @@
 """The chunk store: one Milvus collection per chunk level, because Milvus Lite scans every row
 of whatever it searches. Recall touches only the leaf level; parents come back by primary
-key (`chunk_id`). Rows are dicts with the fields of `milvus_schema.OUTPUT_FIELDS` (plus
-`score` on search hits)."""
+key. A row is one *version* of a chunk (pk `{chunk_id}#{version}`): which version is current
+is the registry's business, not this module's. Rows are dicts with the fields of
+`milvus_schema.OUTPUT_FIELDS` (plus `score` on search hits)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from retrieval_service.milvus_schema import OUTPUT_FIELDS, WRITABLE_FIELDS, bm25_spec, dense_spec
+from retrieval_service.milvus_schema import OUTPUT_FIELDS, bm25_spec, dense_spec, version_pk
 from retrieval_service.store import MilvusStore, in_filter, quote
 
 Row = dict[str, Any]
@@ -96,55 +97,62 @@ class ChunkStore:
 
     # ---- by id ---------------------------------------------------------------------------
 
-    def _get(self, client: Any, level: int, ids: list[str], fields: list[str]) -> dict[str, Row]:
+    def _get(self, client: Any, level: int, field: str, keys: list[str]) -> dict[str, Row]:
         rows: dict[str, Row] = {}
-        for start in range(0, len(ids), _READ_BATCH):
-            batch = ids[start : start + _READ_BATCH]
+        for start in range(0, len(keys), _READ_BATCH):
+            batch = keys[start : start + _READ_BATCH]
             for row in client.query(
-                self._collection(level), filter=in_filter("chunk_id", batch), output_fields=fields
+                self._collection(level), filter=in_filter(field, batch), output_fields=OUTPUT_FIELDS
             ):
                 rows[row["chunk_id"]] = dict(row)
         return rows
 
+    async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Row]:
+        """Chunks of one level by (chunk_id, version), a primary-key look-up, keyed by
+        chunk_id; missing ones are absent."""
+        if not keys:
+            return {}
+        pks = [version_pk(chunk_id, version) for chunk_id, version in keys]
+        return await self._milvus.run(self._get, level, "pk", pks)
+
     async def get_chunks(self, level: int, ids: Sequence[str]) -> dict[str, Row]:
-        """Chunks of one level by chunk_id (a primary-key look-up); missing ids are absent."""
+        """Chunks of one level by chunk_id, whatever their version (a scan: diagnostics and
+        tests; a settled store holds one version per chunk)."""
         if not ids:
             return {}
-        return await self._milvus.run(self._get, level, list(ids), OUTPUT_FIELDS)
-
-    async def full_rows(self, level: int, ids: Sequence[str]) -> list[Row]:
-        """Complete writable rows (with the dense vector), for restoring a previous version."""
-        if not ids:
-            return []
-        rows = await self._milvus.run(self._get, level, list(ids), WRITABLE_FIELDS)
-        return list(rows.values())
+        return await self._milvus.run(self._get, level, "chunk_id", list(ids))
 
     # ---- writes ----------------------------------------------------------------------------
 
-    def _upsert(self, client: Any, level: int, rows: list[Row]) -> None:
+    def _insert(self, client: Any, level: int, rows: list[Row]) -> None:
+        # Upsert, not insert: a retried write of the same version must not duplicate rows.
         for start in range(0, len(rows), _WRITE_BATCH):
             client.upsert(self._collection(level), rows[start : start + _WRITE_BATCH])
 
-    async def upsert_chunks(self, level: int, rows: list[Row]) -> None:
-        await self._milvus.run(self._upsert, level, rows)
+    async def write_chunks(self, level: int, rows: list[Row]) -> None:
+        """Writes rows of one version (each carrying `pk` and `version`)."""
+        await self._milvus.run(self._insert, level, rows)
 
-    def _delete(self, client: Any, level: int, ids: list[str]) -> int:
+    def _delete(self, client: Any, level: int, pks: list[str]) -> int:
         deleted = 0
-        for start in range(0, len(ids), _READ_BATCH):
-            batch = ids[start : start + _READ_BATCH]
-            result = client.delete(self._collection(level), filter=in_filter("chunk_id", batch))
+        for start in range(0, len(pks), _READ_BATCH):
+            batch = pks[start : start + _READ_BATCH]
+            result = client.delete(self._collection(level), filter=in_filter("pk", batch))
             deleted += _delete_count(result, len(batch))
         return deleted
 
-    async def delete_chunks(self, level: int, ids: Sequence[str]) -> int:
-        return await self._milvus.run(self._delete, level, list(ids))
+    async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
+        """Deletes rows by primary key; returns how many the store reports deleted."""
+        if not pks:
+            return 0
+        return await self._milvus.run(self._delete, level, list(pks))
 
-    async def delete_by_filename(self, level: int, filename: str) -> int:
-        """Deletes every row of `filename` on one level (a scan; used only to sweep orphans)."""
+    async def delete_older(self, level: int, filename: str, version: str) -> int:
+        """Deletes every row of `filename` on one level whose version is older than `version`
+        (a scan; sweeps rows no record names any more)."""
+        expr = f"filename == {quote(filename)} and version < {quote(version)}"
         result = await self._milvus.run(
-            lambda client: client.delete(
-                self._collection(level), filter=f"filename == {quote(filename)}"
-            )
+            lambda client: client.delete(self._collection(level), filter=expr)
         )
         return _delete_count(result, 0)
 

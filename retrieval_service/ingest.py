@@ -1,15 +1,20 @@
 """Ingestion (API.md IngestDocuments/DeleteDocuments/ListDocuments): validate → load →
 sanitise → three-level split → embed (leaves by the model, parents the normalised mean of
-their leaves) → write. Replacing a document loses nothing: every vector is computed
-before the store is touched, the previous version's rows are kept in memory while the new
-rows are written, and any store failure restores them before the error is raised."""
+their leaves) → write, plus start-up reconciliation.
+
+The write path is crash-safe (README "Crash safety"): every ingest writes a new *version* of
+the document beside the current one — a PENDING registry record naming all its rows, the rows
+of the three levels, then the COMMITTED record, which is the instant the new version becomes
+current — and only then removes older versions. A delete commits a TOMBSTONE version first.
+Readers see current versions only, so a crash at any instant leaves the previous version
+intact or the new one complete; `reconcile` removes what a crash left behind."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +29,18 @@ from retrieval_service.loaders import (
     load_pages,
     resolve_file_type,
 )
-from retrieval_service.milvus_schema import LEVELS
+from retrieval_service.metrics import record_ingested
+from retrieval_service.milvus_schema import COMMITTED, LEVELS, PENDING, TOMBSTONE, version_pk
 from retrieval_service.pipeline import EMBEDDER_FAILURES
-from retrieval_service.registry import DocumentEntry, DocumentRegistry
+from retrieval_service.registry import (
+    DocumentEntry,
+    DocumentPage,
+    DocumentRegistry,
+    RecordKey,
+    current_of,
+    new_version,
+    version_age_seconds,
+)
 from retrieval_service.store import STORE_FAILURES, MilvusStore
 from shared.errors import DependencyUnavailable, InvalidArgument
 from shared.lexical import bm25_text
@@ -34,6 +48,32 @@ from shared.lexical import bm25_text
 log = logging.getLogger(__name__)
 
 MAX_FILENAME_CHARS = 255
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+#: Called with the name of each step of a write as it is reached (`CRASH_POINTS`). The
+#: service passes a no-op; the kill-anywhere test hook (`SUPERMEW_CRASH_AT`, read by
+#: `__main__`) ends the process there, and in-process tests pause there.
+Checkpoint = Callable[[str], Awaitable[None]]
+#: Every named step of an ingest and a delete, in order.
+CRASH_POINTS = (
+    "before_write",
+    "after_intent",
+    "after_level_1",
+    "after_level_2",
+    "after_level_3",
+    "after_commit",
+    "during_cleanup",
+    "after_cleanup",
+    "delete_before_commit",
+    "delete_after_commit",
+    "delete_during_cleanup",
+    "delete_after_cleanup",
+)
+
+
+async def no_checkpoint(name: str) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +134,7 @@ class Ingestor:
         *,
         max_document_bytes: int,
         batch_size: int = 32,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
         self._milvus = milvus
         self._chunks = chunks
@@ -102,7 +143,9 @@ class Ingestor:
         self._chunking = chunking
         self._max_bytes = max_document_bytes
         self._batch_size = batch_size
-        self._lock = asyncio.Lock()  # one writer at a time: replace is read-modify-write
+        self._checkpoint = checkpoint
+        # One writer per process at a time; across processes, versions order the writers.
+        self._lock = asyncio.Lock()
 
     # ---- ingest ---------------------------------------------------------------------------
 
@@ -176,29 +219,33 @@ class Ingestor:
             log.warning("could not flush the written rows into indexed segments")
 
     async def _write(self, p: _Prepared) -> IngestedDocument:
-        old = await self._registry.get(p.filename)
-        backup = (
-            {lvl: await self._chunks.full_rows(lvl, old.ids(lvl)) for lvl in LEVELS} if old else {}
-        )
+        version = new_version()
         rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
         counts: dict[str, list[int]] = {}
         for c in p.chunks:
-            rows[c.chunk_level].append(store_row(c, p.vectors[c.chunk_id]))
+            rows[c.chunk_level].append(store_row(c, p.vectors[c.chunk_id], version))
             counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
-        entry = DocumentEntry(p.filename, p.file_type, p.pages, counts)
-        new_ids = {lvl: {r["chunk_id"] for r in rows[lvl]} for lvl in LEVELS}
+        entry = DocumentEntry(p.filename, p.file_type, p.pages, counts, version, PENDING)
+        previous = await self._registry.get(p.filename)
+        await self._checkpoint("before_write")
         try:
-            for lvl in LEVELS:
-                await self._chunks.upsert_chunks(lvl, rows[lvl])
-            if old:
-                for lvl in LEVELS:
-                    stale = [i for i in old.ids(lvl) if i not in new_ids[lvl]]
-                    await self._chunks.delete_chunks(lvl, stale)
+            # The pending record comes first: it names every row about to be written, so
+            # reconciliation can always find (and remove) the rows of a version that died.
             await self._registry.put(entry)
+            await self._checkpoint("after_intent")
+            for lvl in LEVELS:
+                await self._chunks.write_chunks(lvl, rows[lvl])
+                await self._checkpoint(f"after_level_{lvl}")
+            entry.state = COMMITTED
+            await self._registry.put(entry)  # the commit: from here on this version is current
         except STORE_FAILURES:
-            log.error("writing %s failed, restoring the previous version", p.filename)
-            await self._restore(p.filename, new_ids, old, backup)
+            log.error("writing %s failed; its previous version stays current", p.filename)
+            await self._discard_quietly(entry)
             raise
+        record_ingested(len(rows[1]), len(rows[2]), len(rows[3]))
+        await self._checkpoint("after_commit")
+        await self._settle(entry)
+        await self._checkpoint("after_cleanup")
         return IngestedDocument(
             filename=p.filename,
             file_type=p.file_type,
@@ -206,27 +253,51 @@ class Ingestor:
             l1_chunks=len(rows[1]),
             l2_chunks=len(rows[2]),
             l3_chunks=len(rows[3]),
-            replaced=old is not None,
+            replaced=previous is not None,
         )
 
-    async def _restore(
-        self,
-        filename: str,
-        new_ids: dict[int, set[str]],
-        old: DocumentEntry | None,
-        backup: dict[int, list[dict[str, Any]]],
-    ) -> None:
+    async def _discard(self, entry: DocumentEntry) -> int:
+        """Removes one version: rows first, its record last (a record always names every row
+        that may exist)."""
+        deleted = 0
+        for lvl in LEVELS:
+            deleted += await self._chunks.delete_rows(lvl, entry.pks(lvl))
+        await self._registry.remove([entry])
+        return deleted
+
+    async def _discard_quietly(self, entry: DocumentEntry) -> None:
         try:
-            for lvl in LEVELS:
-                old_ids = set(old.ids(lvl)) if old else set()
-                await self._chunks.delete_chunks(lvl, sorted(new_ids[lvl] - old_ids))
-                if backup.get(lvl):
-                    await self._chunks.upsert_chunks(lvl, backup[lvl])
-            if old:
-                await self._registry.put(old)
+            await self._discard(entry)
         except STORE_FAILURES:
-            # The write's own error is what the caller hears; this one is only logged.
-            log.error("restoring the previous version of %s failed", filename)
+            # The write's own error is what the caller hears; reconciliation removes the rest.
+            log.error("removing the failed version of %s failed", entry.filename)
+
+    async def _settle(self, entry: DocumentEntry) -> None:
+        """After a commit: if a newer version was committed meanwhile (another replica won),
+        this one is removed; otherwise the older committed versions are. Failures are logged:
+        the commit stands and reconciliation finishes the job."""
+        try:
+            records = await self._registry.records(entry.filename)
+            current = current_of(RecordKey(r.filename, r.version, r.state) for r in records)
+            winner = current.get(entry.filename)
+            if winner is not None and winner.version != entry.version:
+                log.info("a newer version of %s was committed meanwhile", entry.filename)
+                await self._discard(entry)
+                return
+            older = [r for r in records if r.state != PENDING and r.version < entry.version]
+            await self._remove_versions(older, "during_cleanup")
+        except STORE_FAILURES:
+            log.error("removing older versions of %s failed", entry.filename)
+
+    async def _remove_versions(self, entries: list[DocumentEntry], checkpoint: str) -> int:
+        deleted = 0
+        for lvl in LEVELS:
+            for e in entries:
+                deleted += await self._chunks.delete_rows(lvl, e.pks(lvl))
+            if entries and lvl == 1:
+                await self._checkpoint(checkpoint)
+        await self._registry.remove(entries)
+        return deleted
 
     # ---- delete / list --------------------------------------------------------------------
 
@@ -239,19 +310,75 @@ class Ingestor:
         deleted = 0
         async with self._lock:
             for name in dict.fromkeys(filenames):
-                entry = await self._registry.get(name)
-                for lvl in LEVELS:
-                    if entry:
-                        deleted += await self._chunks.delete_chunks(lvl, entry.ids(lvl))
-                    # Sweep rows a crashed writer may have left without a registry entry.
-                    deleted += await self._chunks.delete_by_filename(lvl, name)
-                if entry:
-                    await self._registry.delete(name)
+                deleted += await self._delete_one(name)
             await self._seal()
+        return deleted
+
+    async def _delete_one(self, name: str) -> int:
+        if await self._registry.get(name) is None:
+            return 0
+        tombstone = DocumentEntry(name, "", 0, {}, new_version(), TOMBSTONE)
+        await self._checkpoint("delete_before_commit")
+        await self._registry.put(tombstone)  # the commit: from here on the document is gone
+        await self._checkpoint("delete_after_commit")
+        records = await self._registry.records(name)
+        older = [r for r in records if r.state != PENDING and r.version < tombstone.version]
+        deleted = await self._remove_versions(older, "delete_during_cleanup")
+        # Rows of versions no committed record names (a crashed or superseded writer's):
+        # older than the tombstone, so they can never become current.
+        for lvl in LEVELS:
+            deleted += await self._chunks.delete_older(lvl, name, tombstone.version)
+        await self._checkpoint("delete_after_cleanup")
         return deleted
 
     async def list_documents(self) -> list[DocumentEntry]:
         return await self._registry.entries()
+
+    async def list_page(self, page_size: int, page_token: str) -> DocumentPage:
+        """One page of documents by filename (AIP-158): page_size 0 → 100, above 1000 → 1000,
+        negative → INVALID_ARGUMENT; a token this service did not issue → INVALID_ARGUMENT."""
+        if page_size < 0:
+            raise InvalidArgument("page_size", f"must not be negative, got {page_size}")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        return await self._registry.page(size, page_token)
+
+    # ---- reconciliation -------------------------------------------------------------------
+
+    async def reconcile(self, grace_seconds: float | None) -> int:
+        """Removes what crashed or superseded writers left: records (and their rows) older
+        than their document's current version, pending versions older than `grace_seconds`
+        and tombstones older than it. `None` means this process is the store's only writer
+        (embedded Milvus Lite at start-up): every pending version is dead. On a shared
+        server the grace keeps another replica's in-flight ingest alive; it must exceed the
+        longest ingest. Returns the number of records removed."""
+        async with self._lock:
+            keys = await self._registry.scan()
+            current = current_of(keys)
+            now = new_version()
+
+            def expired(key: RecordKey) -> bool:
+                if grace_seconds is None:
+                    return True
+                return version_age_seconds(key.version, int(now.split("-")[0])) > grace_seconds
+
+            stale = []
+            for key in keys:
+                live = current.get(key.filename)
+                superseded = live is not None and key.version < live.version
+                if key.state == PENDING:
+                    # One older than the current version can never become current; a newer
+                    # one is dead only once older than the grace.
+                    if superseded or expired(key):
+                        stale.append(key)
+                elif superseded or (key.state == TOMBSTONE and expired(key)):
+                    stale.append(key)
+            if not stale:
+                return 0
+            entries = await self._registry.full(stale)
+            await self._remove_versions(entries, "reconcile")
+            await self._seal()
+            log.info("reconciliation removed %d stale document versions", len(entries))
+            return len(entries)
 
 
 def _mean_parent_vectors(p: _Prepared) -> None:
@@ -271,10 +398,12 @@ def _mean_parent_vectors(p: _Prepared) -> None:
             p.vectors[c.chunk_id] = normalise(np.mean(np.stack(stack), axis=0))
 
 
-def store_row(c: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
-    """The Milvus row of one chunk: its record fields plus the dense vector."""
+def store_row(c: ChunkRecord, vector: np.ndarray, version: str) -> dict[str, Any]:
+    """The Milvus row of one version of a chunk: its record fields plus the dense vector."""
     return {
+        "pk": version_pk(c.chunk_id, version),
         "chunk_id": c.chunk_id,
+        "version": version,
         "text": c.text,
         "bm25_text": bm25_text(c.text),
         "dense": vector.tolist(),

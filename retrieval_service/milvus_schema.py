@@ -20,8 +20,18 @@ ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
 #: What a BM25 index without explicit parameters scores with (Milvus and Milvus Lite alike).
 BM25_DEFAULTS: dict[str, float] = {"bm25_k1": 1.5, "bm25_b": 0.75}
 LEVELS = (1, 2, 3)
+#: Appended to `MILVUS_COLLECTION`: the versioned layout (a `pk` per chunk version, commit
+#: records in the registry) lives in new collections, so a store of the earlier layout
+#: (`{collection}_l1` …, keyed by chunk_id) is left alone instead of failing the schema check.
+LAYOUT_SUFFIX = "_v2"
+#: Registry record states: an ingest in flight, its commit, and a delete's commit.
+PENDING, COMMITTED, TOMBSTONE = 0, 1, 2
+VERSION_MAX = 64
+# A filename is at most 255 characters of at most 4 UTF-8 bytes, 2 hex digits each.
+REGISTRY_PK_MAX = 2 * 4 * 255 + 1 + VERSION_MAX
 OUTPUT_FIELDS = [
     "chunk_id",
+    "version",
     "text",
     "filename",
     "file_type",
@@ -33,8 +43,10 @@ OUTPUT_FIELDS = [
     "chunk_idx",
 ]
 #: Everything a chunk row holds that a caller writes (the sparse field is the BM25 function's).
-WRITABLE_FIELDS = [*OUTPUT_FIELDS, "bm25_text", "dense"]
-REGISTRY_FIELDS = ["filename", "file_type", "pages", "page_counts"]
+WRITABLE_FIELDS = ["pk", *OUTPUT_FIELDS, "bm25_text", "dense"]
+REGISTRY_FIELDS = ["filename", "version", "state", "file_type", "pages", "page_counts"]
+#: What a scan of the registry needs to find the current version of each document.
+REGISTRY_KEY_FIELDS = ["filename", "version", "state"]
 ID_MAX = 2048
 REGISTRY_VECTOR_DIM = 2  # Milvus requires a vector field in every collection
 
@@ -43,7 +55,10 @@ def chunk_schema(dim: int) -> Any:
     from pymilvus import DataType, Function, FunctionType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=ID_MAX)
+    # One row per chunk *version*: pk = f"{chunk_id}#{version}" (see `version_pk`).
+    schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=ID_MAX + VERSION_MAX)
+    schema.add_field("chunk_id", DataType.VARCHAR, max_length=ID_MAX)
+    schema.add_field("version", DataType.VARCHAR, max_length=VERSION_MAX)
     schema.add_field("text", DataType.VARCHAR, max_length=65535)
     # What BM25 reads: the text with English words stemmed (shared.lexical.bm25_text).
     schema.add_field(
@@ -98,7 +113,11 @@ def registry_schema() -> Any:
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("filename", DataType.VARCHAR, is_primary=True, max_length=1024)
+    # One record per document version (see `registry_pk`).
+    schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=REGISTRY_PK_MAX)
+    schema.add_field("filename", DataType.VARCHAR, max_length=1024)
+    schema.add_field("version", DataType.VARCHAR, max_length=VERSION_MAX)
+    schema.add_field("state", DataType.INT64)
     schema.add_field("file_type", DataType.VARCHAR, max_length=64)
     schema.add_field("pages", DataType.INT64)
     schema.add_field("page_counts", DataType.VARCHAR, max_length=65535)
@@ -160,6 +179,19 @@ def schema_problems(description: dict[str, Any], expected_schema: Any) -> list[s
         if not any(str(getattr(fn["type"], "name", fn["type"])) == "BM25" for fn in functions):
             problems.append("no BM25 function writes the sparse field")
     return problems
+
+
+def version_pk(chunk_id: str, version: str) -> str:
+    """The primary key of one version of a chunk."""
+    return f"{chunk_id}#{version}"
+
+
+def registry_pk(filename: str, version: str) -> str:
+    """The primary key of one version's registry record: the filename's UTF-8 bytes in hex,
+    then the version. Hex digits sort above "#", so primary-key order is filename order
+    (then version order) — a query iterator, which walks primary keys in order, reads the
+    registry sorted by filename. With the raw name, "a b.txt#…" would sort before "a#…"."""
+    return f"{filename.encode().hex()}#{version}"
 
 
 def level_filter(level: int) -> str:

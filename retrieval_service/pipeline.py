@@ -7,6 +7,7 @@ error; only bad input raises (and bugs, which surface as INTERNAL)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ import numpy as np
 from retrieval_service.embedding import Embedder
 from retrieval_service.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
 from retrieval_service.meta import CandidateKSource, RetrievalMeta, RetrievalMode
+from retrieval_service.metrics import STAGE, record_retrieve, record_threshold_dropped
 from retrieval_service.rerank import Reranker, RerankOutcome
 from retrieval_service.store import STORE_FAILURES
 from shared.errors import DependencyUnavailable, InvalidArgument
@@ -42,7 +44,14 @@ class RecallStore(Protocol):
         self, level: int, text: str, vector: Any, candidate_k: int
     ) -> list[Doc]: ...
     async def dense_search(self, level: int, vector: Any, limit: int) -> list[Doc]: ...
-    async def get_chunks(self, level: int, ids: list[str]) -> dict[str, Doc]: ...
+    async def get_versioned(self, level: int, keys: list[tuple[str, str]]) -> dict[str, Doc]: ...
+
+
+class CurrentVersions(Protocol):
+    """The part of the registry retrieval uses (see registry.DocumentRegistry): the committed
+    current version of each named document; deleted or unknown ones are absent."""
+
+    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +121,10 @@ class RetrievalPipeline:
         embedder: Embedder,
         reranker: Reranker,
         config: RetrievalConfig,
+        versions: CurrentVersions,
     ) -> None:
         self._store = store
+        self._versions = versions
         self._embedder = embedder
         self._reranker = reranker
         self.config = config
@@ -127,23 +138,40 @@ class RetrievalPipeline:
         return top_k
 
     async def retrieve(self, query: str, top_k: int | None = None) -> RetrievalResult:
+        result = await self._retrieve(query, top_k)
+        record_retrieve(result.meta.retrieval_mode)
+        return result
+
+    async def _retrieve(self, query: str, top_k: int | None) -> RetrievalResult:
         top_k = self._validate(query, top_k)
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
-            vector = np.asarray(await self._embedder.embed_query(query), dtype=np.float32)
+            with STAGE["embed"].time():
+                vector = np.asarray(await self._embedder.embed_query(query), dtype=np.float32)
         except EMBEDDER_FAILURES:
             log.exception("query embedding failed")
             return self._failure("embedding_failed", top_k, pool)
 
         try:
-            hits, mode = await self._recall(query, vector, pool.candidate_k)
-            return await self._finalize(query, hits, top_k, mode, pool)
+            modes: list[RetrievalMode] = []
+
+            async def hybrid(k: int) -> list[Doc]:
+                hits, mode = await self._recall(query, vector, k)
+                modes.append(mode)
+                return hits
+
+            with STAGE["recall"].time():
+                hits = await self._current_only(hybrid, pool.candidate_k)
+            return await self._finalize(query, hits, top_k, modes[0], pool)
         except STORE_FAILURES:
             log.warning("hybrid recall failed, trying dense only")
 
         try:
-            hits = await self._store.dense_search(cfg.leaf_level, vector, pool.candidate_k)
+            with STAGE["recall"].time():
+                hits = await self._current_only(
+                    lambda k: self._store.dense_search(cfg.leaf_level, vector, k), pool.candidate_k
+                )
             return await self._finalize(query, hits, top_k, "dense_fallback", pool)
         except STORE_FAILURES:
             log.warning("dense fallback failed: retrieval_mode = failed")
@@ -157,6 +185,22 @@ class RetrievalPipeline:
         hits = await self._store.hybrid_search(self.config.leaf_level, query, vector, candidate_k)
         return hits, "hybrid"
 
+    async def _current_only(
+        self, recall: Callable[[int], Awaitable[list[Doc]]], candidate_k: int
+    ) -> list[Doc]:
+        """The recalled leaves of current document versions only: rows of a version being
+        written, superseded or deleted are never evidence. Only while such rows exist (an
+        ingest in flight) does a recall come back short; it is then asked once for twice as
+        many, so the pool stays full."""
+        hits = await recall(candidate_k)
+        current = await self._versions.current_versions(h.get("filename", "") for h in hits)
+        kept = [h for h in hits if current.get(h.get("filename", "")) == h.get("version")]
+        if len(kept) < len(hits) and len(hits) >= candidate_k:
+            hits = await recall(2 * candidate_k)
+            current = await self._versions.current_versions(h.get("filename", "") for h in hits)
+            kept = [h for h in hits if current.get(h.get("filename", "")) == h.get("version")]
+        return kept[:candidate_k]
+
     async def _merge(self, docs: list[Doc]) -> MergeOutcome:
         cfg = self.config
         if not cfg.auto_merge_enabled or not docs:
@@ -164,13 +208,16 @@ class RetrievalPipeline:
         current, replaced, steps = list(docs), 0, 0
         for _ in range(2):  # L3 → L2, then L2 → L1
             wanted = parents_to_merge(current, cfg.auto_merge_threshold)
+            # A parent is read in the version of the child that names it, never another one.
+            version_of = {str(d.get("parent_chunk_id") or ""): d.get("version") for d in current}
             parents: dict[str, Doc] = {}
-            by_level: dict[int, list[str]] = {}
+            by_level: dict[int, list[tuple[str, str]]] = {}
             for parent_id, child_level in wanted.items():
                 if child_level > 1:
-                    by_level.setdefault(child_level - 1, []).append(parent_id)
-            for level, ids in sorted(by_level.items()):
-                parents.update(await self._store.get_chunks(level, ids))
+                    key = (parent_id, str(version_of.get(parent_id) or ""))
+                    by_level.setdefault(child_level - 1, []).append(key)
+            for level, keys in sorted(by_level.items()):
+                parents.update(await self._store.get_versioned(level, keys))
             current, count = merge_pass(current, cfg.auto_merge_threshold, parents)
             replaced += count
             steps += count > 0
@@ -179,10 +226,13 @@ class RetrievalPipeline:
     async def _finalize(
         self, query: str, hits: list[Doc], top_k: int, mode: RetrievalMode, pool: CandidatePool
     ) -> RetrievalResult:
-        merged = await self._merge(hits)
+        with STAGE["merge"].time():
+            merged = await self._merge(hits)
         ranked = [{**doc, "rrf_rank": i} for i, doc in enumerate(merged.docs, start=1)]
-        outcome = await self._reranker.rerank(query, ranked, top_k)
+        with STAGE["rerank"].time():
+            outcome = await self._reranker.rerank(query, ranked, top_k)
         final = [d for d in outcome.docs if passes_threshold(d, self.config.min_score)]
+        record_threshold_dropped(len(outcome.docs) - len(final))
         meta = self._meta(mode, pool, top_k, len(hits), merged, outcome, len(ranked), len(final))
         return RetrievalResult(final, meta)
 

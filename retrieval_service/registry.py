@@ -1,39 +1,104 @@
-"""The document registry: one row per document in `{collection}_documents` with its file type,
-page count and per-page chunk counts, from which every chunk id is derived (never scanned)."""
+"""The document registry: the commit records of `{collection}_v2_documents`. Each ingest of a
+document writes one record per version (pk `{filename}#{version}`): PENDING before its chunk
+rows are written, COMMITTED once they all are; a delete commits a TOMBSTONE version. The
+current version of a document is its greatest committed version (a tombstone = deleted), so
+"newest wins" is decidable without compare-and-set, which Milvus does not have. A record also
+holds the document's file type, page count and per-page chunk counts, from which every chunk
+id of that version is derived (never scanned)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import heapq
 import json
+import secrets
+import time
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval_service.milvus_schema import REGISTRY_FIELDS, REGISTRY_VECTOR_DIM
-from retrieval_service.store import MilvusStore, in_filter
+from retrieval_service.milvus_schema import (
+    COMMITTED,
+    PENDING,
+    REGISTRY_FIELDS,
+    REGISTRY_KEY_FIELDS,
+    REGISTRY_VECTOR_DIM,
+    TOMBSTONE,
+    registry_pk,
+    version_pk,
+)
+from retrieval_service.store import MilvusStore, in_filter, quote
+from shared.errors import InvalidArgument
 
-# Milvus caps offset + limit of a query at 16,384 rows.
-_QUERY_WINDOW = 16384
-_PAGE = 1000
+_BATCH = 1000
+_TOKEN_PREFIX = "after:"
+
+
+def new_version() -> str:
+    """A fresh version token: zero-padded wall-clock nanoseconds (so versions order by the time
+    they were started, across processes) and a random suffix (so two are never equal)."""
+    return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
+
+
+def version_age_seconds(version: str, now_ns: int | None = None) -> float:
+    """How long ago a version was started (its timestamp prefix); 0 for an unreadable one."""
+    try:
+        started = int(version.split("-", 1)[0])
+    except ValueError:
+        return 0.0
+    return max(0.0, ((now_ns if now_ns is not None else time.time_ns()) - started) / 1e9)
 
 
 @dataclass(slots=True)
 class DocumentEntry:
-    """One registry row: what a document holds. `page_counts[page] = [l1, l2, l3]` counts
-    chunks per page and level, from which every chunk id is derived."""
+    """One registry record: one version of a document. `page_counts[page] = [l1, l2, l3]`
+    counts chunks per page and level, from which every chunk id is derived."""
 
     filename: str
     file_type: str
     pages: int
     page_counts: dict[str, list[int]] = field(default_factory=dict)
+    version: str = ""
+    state: int = COMMITTED
 
     def level_count(self, level: int) -> int:
         return sum(counts[level - 1] for counts in self.page_counts.values())
 
     def ids(self, level: int) -> list[str]:
+        """The public chunk ids of this version on one level."""
         return [
             f"{self.filename}::p{page}::l{level}::{n}"
             for page, counts in self.page_counts.items()
             for n in range(counts[level - 1])
         ]
+
+    def pks(self, level: int) -> list[str]:
+        """The primary keys of this version's rows on one level."""
+        return [version_pk(chunk_id, self.version) for chunk_id in self.ids(level)]
+
+    @property
+    def pk(self) -> str:
+        return registry_pk(self.filename, self.version)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """What a registry scan reads of each record (no chunk counts)."""
+
+    filename: str
+    version: str
+    state: int
+
+    @property
+    def pk(self) -> str:
+        return registry_pk(self.filename, self.version)
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    entries: list[DocumentEntry]
+    next_page_token: str
 
 
 def _entry(row: dict[str, Any]) -> DocumentEntry:
@@ -42,12 +107,17 @@ def _entry(row: dict[str, Any]) -> DocumentEntry:
         file_type=row["file_type"],
         pages=int(row["pages"]),
         page_counts=json.loads(row["page_counts"]),
+        version=row["version"],
+        state=int(row["state"]),
     )
 
 
 def _row(entry: DocumentEntry) -> dict[str, Any]:
     return {
+        "pk": entry.pk,
         "filename": entry.filename,
+        "version": entry.version,
+        "state": entry.state,
         "file_type": entry.file_type,
         "pages": entry.pages,
         "page_counts": json.dumps(entry.page_counts, separators=(",", ":")),
@@ -55,50 +125,166 @@ def _row(entry: DocumentEntry) -> dict[str, Any]:
     }
 
 
+def current_of(keys: Iterable[RecordKey]) -> dict[str, RecordKey]:
+    """Per filename, its greatest committed record (a tombstone included): the current one."""
+    out: dict[str, RecordKey] = {}
+    for key in keys:
+        if key.state == PENDING:
+            continue
+        best = out.get(key.filename)
+        if best is None or key.version > best.version:
+            out[key.filename] = key
+    return out
+
+
+def encode_page_token(last_filename: str) -> str:
+    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last_filename).encode()).decode()
+
+
+def decode_page_token(token: str) -> str:
+    """The filename a page token continues after; INVALID_ARGUMENT for anything this service
+    did not issue."""
+    try:
+        text = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+    except (UnicodeError, binascii.Error, ValueError):
+        raise InvalidArgument("page_token", "is not a token this service issued") from None
+    if not text.startswith(_TOKEN_PREFIX) or len(text) == len(_TOKEN_PREFIX):
+        raise InvalidArgument("page_token", "is not a token this service issued")
+    return text[len(_TOKEN_PREFIX) :]
+
+
 class DocumentRegistry:
-    """Get, put, delete and list registry rows. Failures arrive as the store's domain errors
+    """Reads and writes commit records. Failures arrive as the store's domain errors
     (`DependencyUnavailable("milvus", …)` or `StoreError`)."""
 
     def __init__(self, milvus: MilvusStore) -> None:
         self._milvus = milvus
         self._collection = milvus.registry_collection
 
-    async def get(self, filename: str) -> DocumentEntry | None:
+    # ---- writes ----------------------------------------------------------------------------
+
+    async def put(self, *entries: DocumentEntry) -> None:
+        """Insert or replace the records of these versions (each one row: atomic)."""
+        rows = [_row(e) for e in entries]
+        for start in range(0, len(rows), _BATCH):
+            await self._milvus.run(self._upsert, rows[start : start + _BATCH])
+
+    def _upsert(self, client: Any, rows: list[dict[str, Any]]) -> None:
+        client.upsert(self._collection, rows)
+
+    async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
+        pks = [e.pk for e in entries]
+        if pks:
+            await self._milvus.run(
+                lambda client: client.delete(self._collection, filter=in_filter("pk", pks))
+            )
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def _query(self, client: Any, expr: str, fields: list[str]) -> list[dict[str, Any]]:
+        return list(client.query(self._collection, filter=expr, output_fields=fields))
+
+    async def records(self, filename: str) -> list[DocumentEntry]:
+        """Every record of one document (pending ones included), oldest first."""
         rows = await self._milvus.run(
-            lambda client: client.query(
-                self._collection,
-                filter=in_filter("filename", [filename]),
-                output_fields=REGISTRY_FIELDS,
-            )
+            self._query, in_filter("filename", [filename]), REGISTRY_FIELDS
         )
-        return _entry(rows[0]) if rows else None
+        return sorted((_entry(r) for r in rows), key=lambda e: e.version)
 
-    async def put(self, entry: DocumentEntry) -> None:
-        """Insert or replace the row of `entry.filename`."""
-        await self._milvus.run(lambda client: client.upsert(self._collection, [_row(entry)]))
+    async def get(self, filename: str) -> DocumentEntry | None:
+        """The current version of a document; None when it has none or was deleted."""
+        records = await self.records(filename)
+        current = current_of(RecordKey(e.filename, e.version, e.state) for e in records)
+        key = current.get(filename)
+        if key is None or key.state == TOMBSTONE:
+            return None
+        return next(e for e in records if e.version == key.version)
 
-    async def delete(self, filename: str) -> None:
-        await self._milvus.run(
-            lambda client: client.delete(self._collection, filter=in_filter("filename", [filename]))
+    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]:
+        """The current version of each named document that has one (deleted ones are absent):
+        what a reader filters recalled rows by."""
+        names = sorted(set(filenames))
+        if not names:
+            return {}
+        expr = f"{in_filter('filename', names)} and state != {PENDING}"
+        rows = await self._milvus.run(self._query, expr, REGISTRY_KEY_FIELDS)
+        current = current_of(RecordKey(r["filename"], r["version"], int(r["state"])) for r in rows)
+        return {name: k.version for name, k in current.items() if k.state == COMMITTED}
+
+    def _scan(self, client: Any, expr: str) -> Generator[RecordKey, None, None]:
+        """Every matching record's key, in primary-key order, i.e. by filename then version
+        (`registry_pk`). A query iterator, because a plain query stops at Milvus's 16,384-row
+        window and returns rows in no order."""
+        iterator = client.query_iterator(
+            self._collection, batch_size=_BATCH, filter=expr, output_fields=REGISTRY_KEY_FIELDS
         )
+        try:
+            while batch := iterator.next():
+                for r in batch:
+                    yield RecordKey(r["filename"], r["version"], int(r["state"]))
+        finally:
+            iterator.close()
 
-    def _all(self, client: Any) -> list[DocumentEntry]:
-        entries: list[DocumentEntry] = []
-        offset = 0
-        while True:
-            rows = client.query(
-                self._collection,
-                filter='filename != ""',
-                output_fields=REGISTRY_FIELDS,
-                limit=_PAGE,
-                offset=offset,
+    async def scan(self) -> list[RecordKey]:
+        """Every record's key (reconciliation)."""
+        return await self._milvus.run(lambda client: list(self._scan(client, 'pk != ""')))
+
+    async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
+        """The complete records of `keys` (by primary key)."""
+        pks = [k.pk for k in keys]
+        out: list[DocumentEntry] = []
+        for start in range(0, len(pks), _BATCH):
+            rows = await self._milvus.run(
+                self._query, in_filter("pk", pks[start : start + _BATCH]), REGISTRY_FIELDS
             )
-            entries.extend(_entry(r) for r in rows)
-            if len(rows) < _PAGE or offset + 2 * _PAGE > _QUERY_WINDOW:
-                break
-            offset += _PAGE
-        return sorted(entries, key=lambda e: e.filename)
+            out.extend(_entry(r) for r in rows)
+        return out
+
+    def _page_keys(self, client: Any, after: str, size: int) -> tuple[list[RecordKey], bool]:
+        """The current records of the `size` smallest live filenames after `after`, and whether
+        more follow. The scan arrives sorted by filename, so it stops after the page; should
+        a store ever return keys out of order, the whole rest is read and sorted instead."""
+        expr = f"state != {PENDING}"
+        if after:
+            expr = f"filename > {quote(after)} and {expr}"
+        live: list[RecordKey] = []
+        group: list[RecordKey] = []
+        previous = ""
+        scan = self._scan(client, expr)
+        for key in scan:
+            if key.pk < previous:
+                scan.close()
+                return self._page_keys_unordered(client, expr, size)
+            previous = key.pk
+            if group and key.filename != group[0].filename:
+                live.extend(k for k in current_of(group).values() if k.state == COMMITTED)
+                group = []
+                if len(live) > size:
+                    scan.close()
+                    return live[:size], True
+            group.append(key)
+        live.extend(k for k in current_of(group).values() if k.state == COMMITTED)
+        return live[:size], len(live) > size
+
+    def _page_keys_unordered(
+        self, client: Any, expr: str, size: int
+    ) -> tuple[list[RecordKey], bool]:
+        current = current_of(self._scan(client, expr))
+        live = [k for k in current.values() if k.state == COMMITTED]
+        smallest = heapq.nsmallest(size + 1, live, key=lambda k: k.filename)
+        return smallest[:size], len(smallest) > size
+
+    async def page(self, page_size: int, page_token: str = "") -> DocumentPage:
+        """One page of current documents ordered by filename (AIP-158): `page_size` ≥ 1,
+        `page_token` "" for the first page or a previous page's `next_page_token`."""
+        after = decode_page_token(page_token) if page_token else ""
+        keys, more = await self._milvus.run(self._page_keys, after, page_size)
+        entries = sorted(await self.full(keys), key=lambda e: e.filename)
+        token = encode_page_token(entries[-1].filename) if more and entries else ""
+        return DocumentPage(entries, token)
 
     async def entries(self) -> list[DocumentEntry]:
-        """Every document, sorted by filename (at most Milvus's 16,384-row query window)."""
-        return await self._milvus.run(self._all)
+        """Every current document, sorted by filename (one scan of the registry)."""
+        current = current_of(await self.scan())
+        live = [k for k in current.values() if k.state == COMMITTED]
+        return sorted(await self.full(live), key=lambda e: e.filename)

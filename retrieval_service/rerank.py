@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass
 
 from retrieval_service.merge import Doc
-from shared.http import HttpClient, HttpTransportError
+from retrieval_service.metrics import record_rerank
+from shared.http import HttpClient, HttpTimeout, HttpTransportError
 from shared.redact import Redactor
 from shared.scores import effective_score
 
@@ -75,6 +76,7 @@ class Reranker:
         status, transport/timeout, bad JSON or items, no valid results. Anything else is a bug
         and escapes."""
         if not self.enabled or not docs:
+            record_rerank("off")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
         try:
             response = await self._client.post_json(
@@ -90,6 +92,7 @@ class Reranker:
                 timeout=self.timeout_seconds,
             )
             if response.status >= 400:
+                record_rerank("http_error")
                 error = self._redact(f"HTTP {response.status}: {response.text}")
                 return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
             kept: list[Doc] = []
@@ -105,11 +108,14 @@ class Reranker:
                 kept.append(doc)
         except (HttpTransportError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
             error = self._redact(str(exc) or type(exc).__name__)
+            record_rerank("timeout" if isinstance(exc, HttpTimeout) else "http_error")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
         if not kept:
+            record_rerank("empty")
             return RerankOutcome(
                 sort_by_effective_score(docs)[:top_k], True, "empty_rerank_results"
             )
+        record_rerank("applied")
         return RerankOutcome(kept[:top_k], True, None)
 
     async def aclose(self) -> None:

@@ -62,8 +62,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def ListDocuments(
         self, request: retrieval_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.ListDocumentsResponse:
-        entries = await self._ingestor.list_documents()
+        page = await self._ingestor.list_page(request.page_size, request.page_token)
         return retrieval_pb2.ListDocumentsResponse(
+            next_page_token=page.next_page_token,
             documents=[
                 retrieval_pb2.DocumentInfo(
                     filename=e.filename,
@@ -73,6 +74,6 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     l2_chunks=e.level_count(2),
                     l3_chunks=e.level_count(3),
                 )
-                for e in entries
-            ]
+                for e in page.entries
+            ],
         )

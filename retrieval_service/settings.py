@@ -18,6 +18,12 @@ class RetrievalSettings(ServerSettings):
     )
     milvus_token: str | None = None
     milvus_collection: str = "supermew_chunks"
+    reconcile_grace_seconds: float = Field(
+        3600.0,
+        ge=0,
+        description="On a shared Milvus server: an uncommitted ingest older than this is "
+        "presumed dead and removed by reconciliation; must exceed the longest ingest.",
+    )
 
     retrieval_top_k: int = Field(8, ge=1, le=100)
     retrieval_candidate_multiplier: int = Field(3, ge=1)

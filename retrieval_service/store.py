@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import grpc
 
 from retrieval_service import milvus_schema as schema
+from retrieval_service.metrics import record_milvus_error
 from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,15 @@ SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
 _CONNECT_FAILED = 2
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _UNAVAILABLE_MESSAGE = "the vector store cannot be reached"
+# pymilvus pings every 10 s, even with no call in flight: Milvus servers allow that, but Milvus
+# Lite's in-process gRPC server keeps grpc's defaults (no pings without calls, at most one per
+# 5 min), answers the third early ping with GOAWAY `too_many_pings` and grpc logs it at ERROR.
+# The Lite channel is loopback inside this process, so there is no dead peer to detect: no
+# keepalive pings on it at all (INT_MAX is grpc's "disabled").
+LITE_CHANNEL_OPTIONS = {
+    "grpc.keepalive_time_ms": 2**31 - 1,
+    "grpc.keepalive_permit_without_calls": False,
+}
 
 
 class StoreError(InternalFailure):
@@ -96,6 +106,7 @@ def _not_loaded(exc: Exception) -> bool:
 def translate(exc: Exception) -> DependencyUnavailable | StoreError:
     """The domain error of a pymilvus failure, logged here once: an unreachable server is
     UNAVAILABLE (the caller may retry), anything else an internal store failure."""
+    record_milvus_error(exc)
     if _unreachable(exc):
         log.warning("Milvus is unreachable: %s", exc)
         return DependencyUnavailable("milvus", _UNAVAILABLE_MESSAGE)
@@ -115,6 +126,8 @@ class MilvusStore:
         kwargs: dict[str, Any] = {"uri": config.uri, "timeout": config.timeout_seconds}
         if config.token:
             kwargs["token"] = config.token
+        if config.embedded:
+            kwargs["grpc_options"] = LITE_CHANNEL_OPTIONS
         try:
             self._client = MilvusClient(**kwargs)
         except (MilvusException, grpc.RpcError) as exc:
@@ -122,12 +135,21 @@ class MilvusStore:
 
     # ---- names -------------------------------------------------------------------------
 
+    @property
+    def _prefix(self) -> str:
+        return self.config.collection + schema.LAYOUT_SUFFIX
+
     def level_collection(self, level: int) -> str:
-        return f"{self.config.collection}_l{level}"
+        return f"{self._prefix}_l{level}"
 
     @property
     def registry_collection(self) -> str:
-        return f"{self.config.collection}_documents"
+        return f"{self._prefix}_documents"
+
+    def legacy_collections(self) -> list[str]:
+        """The names the unversioned layout used (before `LAYOUT_SUFFIX`)."""
+        base = self.config.collection
+        return [*(f"{base}_l{lvl}" for lvl in schema.LEVELS), f"{base}_documents"]
 
     def all_collections(self) -> list[str]:
         return [*(self.level_collection(lvl) for lvl in schema.LEVELS), self.registry_collection]
@@ -187,6 +209,13 @@ class MilvusStore:
             )  # fmt: skip
 
     def _ensure(self, client: Any) -> None:
+        legacy = [name for name in self.legacy_collections() if client.has_collection(name)]
+        if legacy:
+            log.warning(
+                "ignoring collections %s of the unversioned layout (not crash-safe); this "
+                "service uses %s. Re-ingest the documents, then drop the old collections",
+                legacy, self.all_collections(),
+            )  # fmt: skip
         wanted = [
             (
                 self.level_collection(level),

@@ -8,7 +8,11 @@ import asyncio
 import atexit
 import io
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -28,6 +32,53 @@ from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from retrieval_service.store import StoreConfig
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.serve import GrpcServer
+
+MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiteServer:
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.data_dir, self.port = data_dir, port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        # Never the default host 0.0.0.0.
+        self.proc = subprocess.Popen(
+            [str(MILVUS_LITE), "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--data-dir", str(self.data_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"milvus-lite server exited with {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise TimeoutError("milvus-lite server did not open its port")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
 
 # Small sizes (no floors) so that short test documents still form three levels:
 # L1 240, L2 160, L3 80 characters.
@@ -175,6 +226,7 @@ class Service:
     app: RetrievalApp
     stub: retrieval_pb2_grpc.RetrievalServiceStub
     port: int
+    metrics_port: int | None = None
 
     async def retrieve(self, query: str, top_k: int | None = None) -> tuple[list[dict], dict]:
         request = retrieval_pb2.RetrieveRequest(query=query)
@@ -222,7 +274,8 @@ async def running_service(
     port = await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield Service(app, retrieval_pb2_grpc.RetrievalServiceStub(channel), port)
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        yield Service(app, stub, port, server.observability.metrics_port)
     finally:
         await channel.close()
         await server.stop(0)

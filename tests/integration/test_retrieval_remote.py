@@ -7,70 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 
 from retrieval_service.store import StoreConfig
-from tests.integration.retrieval_harness import corpus_documents, running_service
-
-MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiteServer:
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.data_dir, self.port = data_dir, port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        # Never the default host 0.0.0.0.
-        self.proc = subprocess.Popen(
-            [str(MILVUS_LITE), "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--data-dir", str(self.data_dir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"milvus-lite server exited with {self.proc.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise TimeoutError("milvus-lite server did not open its port")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+from tests.integration.retrieval_harness import (
+    MILVUS_LITE,
+    LiteServer,
+    corpus_documents,
+    free_port,
+    running_service,
+)
 
 
 @pytest.fixture
 def lite_server(tmp_path):
     if not MILVUS_LITE.exists() and shutil.which("milvus-lite") is None:
         pytest.fail("milvus-lite CLI not installed in the venv")
-    server = LiteServer(tmp_path / "milvus-data", _free_port())
+    server = LiteServer(tmp_path / "milvus-data", free_port())
     server.start()
     yield server
     server.stop()

@@ -1,0 +1,357 @@
+"""Crash safety of ingest, replace and delete (issue 20 item 1), on real processes and real
+Milvus Lite: the retrieval service runs as `python -m retrieval_service`, re-ingests or deletes
+a document and is killed at every named step of the write (`SUPERMEW_CRASH_AT`, the test
+hook read by the composition root: the process exits like `kill -9`). A restart must show the
+previous version intact or the new one complete — never a mix — with the store's rows per
+level equal to ListDocuments' counts and one registry record per document. Then the same on a
+shared `milvus-lite server`, and two replicas on one server: concurrent ingests of one
+filename end with exactly one complete version, and a replica never serves another replica's
+uncommitted rows."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+from retrieval_service.embedding import OpenAIEmbedder
+from retrieval_service.ingest import CRASH_POINTS
+from retrieval_service.milvus_schema import LEVELS, PENDING, TOMBSTONE
+from retrieval_service.store import StoreConfig
+from tests.fakes.embeddings_server import EmbeddingsServer
+from tests.integration.retrieval_harness import (
+    MILVUS_LITE,
+    LiteServer,
+    Service,
+    free_port,
+    running_service,
+)
+
+DIM = 64
+DOC = "kb.md"
+OTHER = "other.md"
+# Default chunk sizes (L1 2400, L2 1600, L3 800 characters): both versions span several
+# chunks on every level, and their counts differ.
+OLD = "".join(
+    f"The lighthouse keeper counts seagulls on the northern cliff {i}. " for i in range(90)
+)
+NEW = "".join(
+    f"A glacier researcher measures icebergs in the southern fjord {i}. " for i in range(55)
+)
+OTHER_TEXT = "Bees dance to tell the hive where the flowers are. " * 20
+OLD_QUERY = "lighthouse keeper counts seagulls north cliff"
+NEW_QUERY = "glacier researcher measures icebergs south fjord"
+INGEST_POINTS = [p for p in CRASH_POINTS if not p.startswith("delete_")]
+DELETE_POINTS = [p for p in CRASH_POINTS if p.startswith("delete_")]
+# Where the new version has become current (its commit record is written).
+NEW_WINS = {"after_commit", "during_cleanup", "after_cleanup"}
+
+
+@pytest.fixture(scope="module")
+def embedding_server() -> Iterator[EmbeddingsServer]:
+    server = EmbeddingsServer(DIM).start()
+    yield server
+    server.stop()
+
+
+def embedding_env(server: EmbeddingsServer) -> dict[str, str]:
+    """The settings that point a service process at the embeddings double."""
+    return {
+        "EMBEDDING_BASE_URL": server.base_url,
+        "EMBEDDING_MODEL": "fake",
+        "EMBEDDING_DIM": str(DIM),
+    }
+
+
+def embedder(server: EmbeddingsServer) -> OpenAIEmbedder:
+    return OpenAIEmbedder(server.base_url, "fake", DIM)
+
+
+class ServiceProcess:
+    """`python -m retrieval_service` in a subprocess on 127.0.0.1, embedding through the
+    fake endpoint; its log goes to a file for the failure message."""
+
+    def __init__(self, log: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.log = log
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("MILVUS_", "SUPERMEW_"))}
+        full.update(env)
+        full.update(RETRIEVAL_PORT=str(self.port), BIND_HOST="127.0.0.1", LOG_LEVEL="INFO")
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "retrieval_service"], env=full, stdout=out, stderr=out
+            )
+        deadline = time.monotonic() + 90
+        while not self._listening():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"service did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = retrieval_pb2_grpc.RetrievalServiceStub(self.channel)
+
+    def _listening(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    def ingest(self, filename: str, text: str) -> retrieval_pb2.IngestDocumentsResponse:
+        return self.stub.IngestDocuments(
+            retrieval_pb2.IngestDocumentsRequest(
+                documents=[retrieval_pb2.SourceDocument(filename=filename, content=text.encode())]
+            ),
+            timeout=60,
+        )
+
+    def retrieve(self, query: str) -> list[str]:
+        reply = self.stub.Retrieve(retrieval_pb2.RetrieveRequest(query=query, top_k=10))
+        return [d.text for d in reply.docs]
+
+    def listing(self) -> dict[str, tuple[int, int, int]]:
+        reply = self.stub.ListDocuments(retrieval_pb2.ListDocumentsRequest())
+        return {d.filename: (d.l1_chunks, d.l2_chunks, d.l3_chunks) for d in reply.documents}
+
+    def wait_crashed(self) -> int:
+        return self.proc.wait(timeout=60)
+
+    def stop(self) -> None:
+        if getattr(self, "channel", None) is not None:
+            self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run_until_crash(log: Path, env: dict[str, str], point: str) -> None:
+    """Start a service that dies at `point`, make it write, and see it die there."""
+    service = ServiceProcess(log, {**env, "SUPERMEW_CRASH_AT": point})
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            if point.startswith("delete_"):
+                service.stub.DeleteDocuments(
+                    retrieval_pb2.DeleteDocumentsRequest(filenames=[DOC]), timeout=60
+                )
+            else:
+                service.ingest(DOC, NEW)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # the connection died with it
+        assert service.wait_crashed() == 137, log.read_text()[-3000:]
+    finally:
+        service.stop()
+
+
+@asynccontextmanager
+async def restarted(
+    server: EmbeddingsServer, uri: str, collection: str, **settings: Any
+) -> AsyncIterator[Service]:
+    """The service started again on the same store (start-up reconciliation included)."""
+    store = StoreConfig(uri=uri, token=None, collection=collection, dim=DIM, timeout_seconds=10)
+    model = embedder(server)
+    try:
+        async with running_service(
+            uri, embedder=model, store=store, chunking=None, **settings
+        ) as svc:
+            yield svc
+    finally:
+        await model.aclose()
+
+
+async def rows_of(svc: Service, filename: str) -> dict[int, list[dict[str, Any]]]:
+    out = {}
+    for lvl in LEVELS:
+        name = svc.app.store.level_collection(lvl)
+        out[lvl] = await svc.app.store.run(
+            lambda client, name=name: client.query(
+                name, filter=f'filename == "{filename}"', output_fields=["text", "version"]
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Versions:
+    old: tuple[int, int, int]
+    new: tuple[int, int, int]
+
+
+async def assert_whole(svc: Service, counts: Versions) -> str:
+    """Old intact, new complete, or (after a delete) gone: never a mix, no orphan row, one
+    registry record per document. Returns which: "old", "new" or "gone"."""
+    listing = await svc.listing()
+    assert set(listing) <= {DOC, OTHER} and OTHER in listing
+    store_counts = await svc.counts()
+    assert store_counts == tuple(sum(c[i] for c in listing.values()) for i in range(3))
+    keys = await svc.app.registry.scan()
+    # A live delete's tombstone stays until the next reconciliation.
+    assert sorted(k.filename for k in keys if k.state != TOMBSTONE) == sorted(listing)
+    rows = await rows_of(svc, DOC)
+    texts = [r["text"] for lvl in LEVELS for r in rows[lvl]]
+    if DOC not in listing:
+        assert texts == []
+        docs, _ = await svc.retrieve(OLD_QUERY, top_k=10)
+        assert not any("lighthouse" in d["text"] or "glacier" in d["text"] for d in docs)
+        return "gone"
+    current = next(k.version for k in keys if k.filename == DOC)
+    assert {r["version"] for lvl in LEVELS for r in rows[lvl]} == {current}
+    assert tuple(len(rows[lvl]) for lvl in LEVELS) == listing[DOC]
+    which = "old" if listing[DOC] == counts.old else "new"
+    assert listing[DOC] == (counts.old if which == "old" else counts.new)
+    mine, other = ("lighthouse", "glacier") if which == "old" else ("glacier", "lighthouse")
+    assert all(mine in t and other not in t for t in texts)
+    # Both wordings, merged parents included: only the current version's text comes back.
+    for query in (OLD_QUERY, NEW_QUERY):
+        docs, meta = await svc.retrieve(query, top_k=10)
+        assert meta["retrieval_mode"] == "hybrid"
+        assert not any(other in d["text"] for d in docs)
+    docs, meta = await svc.retrieve(OLD_QUERY if which == "old" else NEW_QUERY, top_k=10)
+    assert docs[0]["filename"] == DOC and mine in docs[0]["text"]
+    return which
+
+
+async def seed_old(svc: Service) -> Versions:
+    await svc.ingest((OTHER, OTHER_TEXT.encode()), (DOC, OLD.encode()))
+    listing = await svc.listing()
+    return Versions(old=listing[DOC], new=(0, 0, 0))
+
+
+def expected(point: str) -> str:
+    if point in DELETE_POINTS:
+        return "old" if point == "delete_before_commit" else "gone"
+    return "new" if point in NEW_WINS else "old"
+
+
+# ---- embedded Milvus Lite ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lite_template(embedding_server: EmbeddingsServer) -> Iterator[tuple[Path, Versions]]:
+    """A Milvus Lite store holding OLD (and another document), built once; plus the counts
+    NEW ingests as (measured on a scratch copy)."""
+    root = Path(tempfile.mkdtemp(prefix="crash-template-"))
+
+    async def build() -> Versions:
+        async with restarted(embedding_server, str(root / "kb.db"), "crash") as svc:
+            counts = await seed_old(svc)
+        scratch = root / "scratch.db"
+        shutil.copytree(root / "kb.db", scratch)
+        async with restarted(embedding_server, str(scratch), "crash") as svc:
+            await svc.ingest((DOC, NEW.encode()))
+            new = (await svc.listing())[DOC]
+        shutil.rmtree(scratch)
+        return Versions(counts.old, new)
+
+    with ThreadPoolExecutor(1) as pool:
+        versions = pool.submit(lambda: asyncio.run(build())).result()
+    yield root / "kb.db", versions
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_kill_anywhere_on_milvus_lite(tmp_path, embedding_server, lite_template, point):
+    template, versions = lite_template
+    assert versions.old != versions.new and min(versions.new) > 1 and min(versions.old) > 1
+    db = tmp_path / "kb.db"
+    shutil.copytree(template, db)
+    env = {**embedding_env(embedding_server), "MILVUS_URI": str(db), "MILVUS_COLLECTION": "crash"}
+    await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
+    async with restarted(embedding_server, str(db), "crash") as svc:
+        assert await assert_whole(svc, versions) == expected(point)
+        assert len(await svc.app.registry.scan()) == len(await svc.listing())
+        # And the store keeps working: the interrupted write, done again, completes.
+        if point in DELETE_POINTS:
+            await svc.stub.DeleteDocuments(retrieval_pb2.DeleteDocumentsRequest(filenames=[DOC]))
+            assert await assert_whole(svc, versions) == "gone"
+        else:
+            await svc.ingest((DOC, NEW.encode()))
+            assert await assert_whole(svc, versions) == "new"
+
+
+# ---- a shared milvus-lite server -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[LiteServer]:
+    if not MILVUS_LITE.exists() and shutil.which("milvus-lite") is None:
+        pytest.fail("milvus-lite CLI not installed in the venv")
+    root = Path(tempfile.mkdtemp(prefix="crash-server-"))
+    server = LiteServer(root / "data", free_port())
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_kill_anywhere_on_a_milvus_server(
+    tmp_path, embedding_server, lite_template, shared_server, point
+):
+    """On a server, start-up keeps pending versions younger than RECONCILE_GRACE_SECONDS (they
+    may be another replica's ingest in flight): restarted with grace 0 it removes them."""
+    versions = lite_template[1]
+    collection = f"kill_{CRASH_POINTS.index(point)}"
+    uri = shared_server.uri
+    async with restarted(embedding_server, uri, collection) as svc:
+        assert (await seed_old(svc)).old == versions.old
+    env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
+    await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
+    async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
+        assert await assert_whole(svc, versions) == expected(point)
+
+
+async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_template, shared_server):
+    versions = lite_template[1]
+    uri, collection = shared_server.uri, "replicas"
+    env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
+    async with restarted(embedding_server, uri, collection) as svc:
+        await seed_old(svc)
+    a = await asyncio.to_thread(ServiceProcess, tmp_path / "a.log", env)
+    b = await asyncio.to_thread(ServiceProcess, tmp_path / "b.log", env)
+    try:
+        # Concurrent ingests of one filename from both replicas, three rounds: each round ends
+        # with exactly one complete version.
+        for _ in range(3):
+            await asyncio.gather(
+                asyncio.to_thread(a.ingest, DOC, NEW), asyncio.to_thread(b.ingest, DOC, OLD)
+            )
+            async with restarted(embedding_server, uri, collection) as svc:
+                assert await assert_whole(svc, versions) in {"old", "new"}
+
+        await asyncio.to_thread(b.ingest, DOC, OLD)
+        # A third replica dies with NEW written on every level but not committed: the live
+        # replicas never serve those rows, and their reconciliation (grace 1 h) keeps them.
+        await asyncio.to_thread(run_until_crash, tmp_path / "c.log", env, "after_level_3")
+        for replica in (a, b):
+            texts = await asyncio.to_thread(replica.retrieve, NEW_QUERY)
+            assert texts and not any("glacier" in t for t in texts)
+            assert (await asyncio.to_thread(replica.listing))[DOC] == versions.old
+        async with restarted(embedding_server, uri, collection) as svc:
+            pending = [k for k in await svc.app.registry.scan() if k.state == PENDING]
+            assert len(pending) == 1
+            assert sum(await svc.counts()) > sum(sum(c) for c in (await svc.listing()).values())
+        # Past the grace period, any replica's reconciliation removes them.
+        async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
+            assert await assert_whole(svc, versions) == "old"
+    finally:
+        a.stop()
+        b.stop()
