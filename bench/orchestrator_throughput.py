@@ -85,10 +85,14 @@ def _family(pid: int) -> list[int]:
 
 
 def _listeners(port: int) -> int:
-    """Sockets listening on 127.0.0.1:`port` (Linux /proc/net/tcp, state 0A)."""
-    local = f"0100007F:{port:04X}"
-    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    return sum(1 for row in rows if row.split()[1] == local and row.split()[3] == "0A")
+    """Sockets listening on `port` (Linux /proc/net/tcp and tcp6, state 0A): gRPC binds
+    127.0.0.1 as the IPv4-mapped IPv6 address."""
+    count = 0
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            count += int(fields[1].endswith(f":{port:04X}") and fields[3] == "0A")
+    return count
 
 
 @dataclass
@@ -145,6 +149,8 @@ async def _service(
                 except grpc.aio.AioRpcError:
                     pass
             await asyncio.sleep(0.1)
+        else:
+            raise RuntimeError("the orchestrator did not start serving")
         stubs = [orchestrator_pb2_grpc.OrchestratorServiceStub(c) for c in channels]
         yield Target(stubs, _family(proc.pid))
     finally:

@@ -35,6 +35,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _listeners(port: int) -> int:
+    """Sockets listening on `port` (Linux /proc/net/tcp and tcp6, state 0A): gRPC binds
+    127.0.0.1 as the IPv4-mapped IPv6 address."""
+    count = 0
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            count += int(fields[1].endswith(f":{port:04X}") and fields[3] == "0A")
+    return count
+
+
 def _workers_of(pid: int) -> list[int]:
     """The spawned worker processes among `pid`'s children (not multiprocessing's tracker)."""
     workers = []
@@ -56,6 +67,7 @@ class Workers:
     proc: asyncio.subprocess.Process
     port: int
     health_port: int
+    metrics_port: int
     model: FakeModelServer
 
     def channel(self, port: int | None = None) -> grpc.aio.Channel:
@@ -79,12 +91,13 @@ async def running_workers(count: int, *, model_delay: float = 0.0) -> AsyncItera
         FakeModelServer(script, delay=model_delay) as model,
         FakeRetrieval(retrieval_script) as retrieval,
     ):
-        port, health_port = _free_port(), _free_port()
+        port, health_port, metrics_port = _free_port(), _free_port(), _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "LLM_", "TLS_"))}
         env.update(
             ORCHESTRATOR_WORKERS=str(count),
             ORCHESTRATOR_PORT=str(port),
             HEALTH_PORT=str(health_port),
+            METRICS_PORT=str(metrics_port),
             RETRIEVAL_ADDR=retrieval.address,
             LLM_BASE_URL=model.base_url,
             MODEL="m",
@@ -94,7 +107,7 @@ async def running_workers(count: int, *, model_delay: float = 0.0) -> AsyncItera
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "orchestrator_service", cwd=ROOT, env=env
         )
-        workers = Workers(proc, port, health_port, model)
+        workers = Workers(proc, port, health_port, metrics_port, model)
         try:
             await _until_serving(workers, count)
             yield workers
@@ -111,7 +124,7 @@ async def _until_serving(workers: Workers, count: int) -> None:
         for _ in range(1200):
             if workers.proc.returncode is not None:
                 raise AssertionError(f"the service exited with {workers.proc.returncode}")
-            if len(_workers_of(workers.proc.pid)) == count:
+            if _listeners(workers.port) == count:
                 try:
                     reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
                     if reply.status == SERVING:
@@ -150,6 +163,9 @@ async def test_two_workers_serve_one_port_then_sigterm_drains_every_one() -> Non
     async with running_workers(2, model_delay=0.5) as workers:
         children = _workers_of(workers.proc.pid)
         assert len(children) == 2
+        # One listening socket per worker on each shared port, one /metrics (worker 0's).
+        assert (_listeners(workers.port), _listeners(workers.health_port)) == (2, 2)
+        assert _listeners(workers.metrics_port) == 1
         for port in (workers.port, workers.health_port):
             async with workers.channel(port) as channel:
                 reply = await health_pb2_grpc.HealthStub(channel).Check(
