@@ -14,6 +14,7 @@ from retrieval_service.metrics import record_rerank
 from shared.http import HttpClient, HttpTimeout, HttpTransportError
 from shared.redact import Redactor
 from shared.scores import effective_score
+from shared.tracing import http_span, inject_headers
 
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
 _PLACEHOLDER_PARTS = ("your-rerank", "your_rerank")
@@ -79,18 +80,20 @@ class Reranker:
             record_rerank("off")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
         try:
-            response = await self._client.post_json(
-                self.endpoint,
-                {
-                    "model": self.model,
-                    "query": query,
-                    "documents": [str(d.get("text", "")) for d in docs],
-                    "top_n": min(top_k, len(docs)),
-                    "return_documents": False,
-                },
-                headers={"Authorization": f"Bearer {self._api_key}"},
-                timeout=self.timeout_seconds,
-            )
+            with http_span("rerank", documents=len(docs)) as traced:
+                response = await self._client.post_json(
+                    self.endpoint,
+                    {
+                        "model": self.model,
+                        "query": query,
+                        "documents": [str(d.get("text", "")) for d in docs],
+                        "top_n": min(top_k, len(docs)),
+                        "return_documents": False,
+                    },
+                    headers=inject_headers({"Authorization": f"Bearer {self._api_key}"}),
+                    timeout=self.timeout_seconds,
+                )
+                traced.set_attribute("http.response.status_code", response.status)
             if response.status >= 400:
                 record_rerank("http_error")
                 error = self._redact(f"HTTP {response.status}: {response.text}")

@@ -46,6 +46,7 @@ from shared.http import (
 )
 from shared.redact import Redactor
 from shared.trace_fields import Complexity, RewriteMethod
+from shared.tracing import http_span, inject_headers
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +228,11 @@ class RemoteModelClient:
             own_limit = left is None or self._timeout <= left
             seconds = self._timeout if left is None else min(left, self._timeout)
             try:
-                response = await self._http.post_json(
-                    self._url, body, timeout=seconds, headers=self._headers
-                )
+                with http_span("model", task=task, attempt=attempt) as traced:
+                    response = await self._http.post_json(
+                        self._url, body, timeout=seconds, headers=inject_headers(self._headers)
+                    )
+                    traced.set_attribute("http.response.status_code", response.status)
             except HttpConnectTimeout as exc:
                 log.warning("model task %s: connect timeout after %.3fs", task, seconds)
                 raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
@@ -305,8 +308,10 @@ class RemoteModelClient:
             error: DomainError | None = None
             delay: float | None = None
             try:
+                # No span of its own: one made current here would stay current in the consumer
+                # between pieces (the model-call span covers the stream).
                 async with self._http.stream_json(
-                    self._url, body, timeout=seconds, headers=self._headers
+                    self._url, body, timeout=seconds, headers=inject_headers(self._headers)
                 ) as stream:
                     if stream.status >= 400:
                         reply = await stream.read()
