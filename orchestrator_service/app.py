@@ -4,6 +4,7 @@ build the service through `build_app`, so tests exercise the production wiring."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator_service.metrics import InstrumentedModelClient
@@ -13,7 +14,7 @@ from orchestrator_service.orchestrator import Orchestrator
 from orchestrator_service.retrieval_client import RetrievalClient
 from orchestrator_service.server import add_servicer
 from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
-from shared.serve import GrpcServer
+from shared.serve import GrpcServer, serve
 from shared.tls import channel_credentials
 from shared.tracing import client_interceptors
 
@@ -54,5 +55,13 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         port_setting="ORCHESTRATOR_PORT",
         service_names=[SERVICE_NAME],
         add_servicers=add_servicer(core),
+        reuse_port=settings.worker_count > 1,
     )
     return App(server=server, core=core, model=model, retrieval=retrieval)
+
+
+async def serve_app(settings: OrchestratorSettings, on_started: Callable[[], None]) -> None:
+    """Serve until SIGTERM/SIGINT, then drain: the body of `python -m orchestrator_service`
+    and of each of its worker processes (a module-level name, so a spawned worker finds it)."""
+    app = build_app(settings)
+    await serve(app.server, on_stop=app.aclose, on_started=on_started)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
+from shared.cpus import available_cpus
 from shared.settings import ServerSettings
 
 SERVICE_NAME = "supermew.v1.OrchestratorService"
@@ -11,6 +14,11 @@ SERVICE_NAME = "supermew.v1.OrchestratorService"
 
 class OrchestratorSettings(ServerSettings):
     orchestrator_port: int = Field(50052, ge=0, le=65535)
+    orchestrator_workers: int | Literal["auto"] = Field(
+        1,
+        description="Server processes sharing ORCHESTRATOR_PORT (SO_REUSEPORT), each with its "
+        "own event loop and clients; `auto` = the cores the process may use.",
+    )
     retrieval_addr: str = Field(
         "localhost:50051", description="`dns:///name:port` enables client-side balancing."
     )
@@ -36,12 +44,33 @@ class OrchestratorSettings(ServerSettings):
     @field_validator("llm_base_url")
     @classmethod
     def _absolute_url(cls, value: str | None) -> str | None:
-        # Without a scheme httpx fails on every call; say so once, at start-up.
+        # Without a scheme every call fails; say so once, at start-up.
         if value is not None and not value.strip():
             return None
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value
+
+    @field_validator("orchestrator_workers")
+    @classmethod
+    def _positive_workers(cls, value: int | str) -> int | str:
+        if value != "auto" and isinstance(value, int) and value < 1:
+            raise ValueError("must be a positive number of processes or `auto`")
+        return value
+
+    @property
+    def worker_count(self) -> int:
+        """ORCHESTRATOR_WORKERS resolved: `auto` is the cores this process may use (cgroup
+        quota and CPU affinity), since one process is bound to one core by the GIL."""
+        workers = self.orchestrator_workers
+        return available_cpus() if workers == "auto" else int(workers)
+
+    @model_validator(mode="after")
+    def _workers_share_one_fixed_port(self) -> OrchestratorSettings:
+        # Port 0 would give every worker its own ephemeral port: not one service.
+        if self.orchestrator_workers != 1 and self.orchestrator_port == 0:
+            raise ValueError("ORCHESTRATOR_WORKERS above 1 needs a fixed ORCHESTRATOR_PORT")
+        return self
 
     @model_validator(mode="after")
     def _retrieval_tls_files_come_together(self) -> OrchestratorSettings:

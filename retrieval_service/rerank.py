@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import httpx
-
 from retrieval_service.merge import Doc
 from retrieval_service.metrics import record_rerank
+from shared.http import HttpClient, HttpTimeout, HttpTransportError
 from shared.redact import Redactor
 from shared.scores import effective_score
 from shared.tracing import http_span, inject_headers
@@ -53,7 +52,7 @@ class RerankOutcome:
 
 
 class Reranker:
-    """Holds the settings after the placeholder filter and one pooled httpx client."""
+    """Holds the settings after the placeholder filter and one pooled HTTP client."""
 
     def __init__(
         self,
@@ -61,7 +60,7 @@ class Reranker:
         model: str | None,
         api_key: str | None,
         timeout_seconds: float = 5.0,
-        client: httpx.AsyncClient | None = None,
+        client: HttpClient | None = None,
     ) -> None:
         self.host = configured(host)
         self.model = configured(model)
@@ -69,7 +68,7 @@ class Reranker:
         self.enabled = bool(self.host and self.model and self._api_key)
         self.endpoint = endpoint_for(self.host)
         self.timeout_seconds = max(0.1, float(timeout_seconds))
-        self._client = client or httpx.AsyncClient()
+        self._client = client or HttpClient()
         # The raw setting too: a placeholder-looking key is still a key to scrub.
         self._redact = Redactor(self._api_key, api_key)
 
@@ -82,27 +81,22 @@ class Reranker:
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
         try:
             with http_span("rerank", documents=len(docs)) as traced:
-                response = await self._client.post(
+                response = await self._client.post_json(
                     self.endpoint,
-                    headers=inject_headers(
-                        {
-                            "Content-Type": "application/json",
-                            "Authorization": f"Bearer {self._api_key}",
-                        }
-                    ),
-                    json={
+                    {
                         "model": self.model,
                         "query": query,
                         "documents": [str(d.get("text", "")) for d in docs],
                         "top_n": min(top_k, len(docs)),
                         "return_documents": False,
                     },
+                    headers=inject_headers({"Authorization": f"Bearer {self._api_key}"}),
                     timeout=self.timeout_seconds,
                 )
-                traced.set_attribute("http.response.status_code", response.status_code)
-            if response.status_code >= 400:
+                traced.set_attribute("http.response.status_code", response.status)
+            if response.status >= 400:
                 record_rerank("http_error")
-                error = self._redact(f"HTTP {response.status_code}: {response.text}")
+                error = self._redact(f"HTTP {response.status}: {response.text}")
                 return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
             kept: list[Doc] = []
             for item in response.json()["results"]:
@@ -115,9 +109,9 @@ class Reranker:
                 if item.get("relevance_score") is not None:
                     doc["rerank_score"] = float(item["relevance_score"])
                 kept.append(doc)
-        except (httpx.HTTPError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+        except (HttpTransportError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
             error = self._redact(str(exc) or type(exc).__name__)
-            record_rerank("timeout" if isinstance(exc, httpx.TimeoutException) else "http_error")
+            record_rerank("timeout" if isinstance(exc, HttpTimeout) else "http_error")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
         if not kept:
             record_rerank("empty")

@@ -257,7 +257,9 @@ def _unauthenticated_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcM
 
 class GrpcServer:
     """One service's server: its servicers plus health (`""` and the service's full name) and
-    reflection, behind the error-mapping and (optional) auth interceptors."""
+    reflection, behind the error-mapping and (optional) auth interceptors. `reuse_port` lets
+    worker processes listen on the same port (and HEALTH_PORT), the kernel spreading
+    connections among them; each reports its own health."""
 
     def __init__(
         self,
@@ -267,8 +269,10 @@ class GrpcServer:
         service_names: Sequence[str],
         add_servicers: Callable[[grpc.aio.Server], None],
         port_setting: str = "the port",
+        reuse_port: bool = False,
     ) -> None:
         self._settings = settings
+        self._reuse_port = reuse_port
         self._requested_port = port
         self._port_setting = port_setting
         self._service_names = tuple(service_names)
@@ -303,7 +307,9 @@ class GrpcServer:
             options=[
                 ("grpc.max_send_message_length", size),
                 ("grpc.max_receive_message_length", size),
-                ("grpc.so_reuseport", 0),
+                # Off unless worker processes share the port: otherwise a second server
+                # on a busy port would start silently instead of failing.
+                ("grpc.so_reuseport", int(self._reuse_port)),
             ],
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -354,7 +360,9 @@ class GrpcServer:
     async def _start_health_server(self, port: int) -> None:
         # Plaintext and health only: kubelet's gRPC probes cannot speak TLS. It shares the
         # HealthServicer, so it reports NOT_SERVING during the drain like the main port.
-        self._health_server = server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self._health_server = server = grpc.aio.server(
+            options=[("grpc.so_reuseport", int(self._reuse_port))]
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self._settings.bind_host}:{port}"
         try:

@@ -2,12 +2,21 @@
 settings read once, logging configured, the service run until it is stopped. A start-up
 failure the operator can fix (a bad setting, a port in use, a locked or unreachable store)
 ends the process with one line on stderr naming the variable or resource and a non-zero exit;
-its traceback is logged at DEBUG only."""
+its traceback is logged at DEBUG only.
+
+With several workers the process is a supervisor: it starts that many server processes (each
+with its own event loop, clients and health, sharing the port through SO_REUSEPORT), forwards
+SIGTERM/SIGINT to them so they drain together, and ends when they have all ended. A worker that
+ends on its own (a failed start included) stops the others, and its exit status is passed on,
+so the orchestrator (kubelet, `make run`) restarts the whole set."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import multiprocessing.connection
+import signal
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -58,17 +67,34 @@ def _fail(service: str, message: str) -> int:
     return EXIT_STARTUP_FAILURE
 
 
+Serve = Callable[[S, Callable[[], None]], Coroutine[Any, Any, None]]
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
 def run_service(
     service: str,
     load_settings: Callable[[], S],
-    serve: Callable[[S, Callable[[], None]], Coroutine[Any, Any, None]],
+    serve: Serve[S],
+    *,
+    workers: Callable[[S], int] | None = None,
+    loop_factory: LoopFactory | None = None,
 ) -> int:
     """Read the settings, configure logging and run `serve(settings, on_started)` until it
-    returns; the exit status. `serve` calls `on_started` once its server listens."""
+    returns; the exit status. `serve` calls `on_started` once its server listens. `workers`
+    gives the number of server processes from the settings (1 when absent); with more, `serve`
+    and `loop_factory` must be importable module-level names (workers are spawned, not forked:
+    gRPC's core does not survive a fork)."""
     try:
         settings = load_settings()
+        count = 1 if workers is None else workers(settings)
     except ValidationError as exc:
         return _fail(service, describe_invalid_settings(exc))
+    if count > 1:
+        return _supervise(service, settings, serve, loop_factory, count)
+    return _run(service, settings, serve, loop_factory)
+
+
+def _run(service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory | None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     quiet = StartupTracebacks()
     for handler in logging.getLogger().handlers:
@@ -79,10 +105,63 @@ def run_service(
 
     try:
         configure_tracing(service, record_questions=settings.otel_record_questions)
-        asyncio.run(serve(settings, started))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(settings, started))
     except ConfigurationError as exc:
         log.debug("start-up failed", exc_info=True)
         return _fail(service, exc.message)
     finally:
         shutdown_tracing()  # exports the spans still buffered
     return 0
+
+
+def _worker(
+    service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory | None, index: int
+) -> None:
+    if index > 0:
+        # One /metrics endpoint per pod: worker 0's (the port cannot be shared; see
+        # docs/api.md#workers for what its figures cover).
+        settings = settings.model_copy(update={"metrics_port": None})
+    sys.exit(_run(service, settings, serve, loop_factory))
+
+
+def _supervise(
+    service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory | None, count: int
+) -> int:
+    configure_logging(settings.log_level, settings.log_format)
+    context = multiprocessing.get_context("spawn")
+    procs = [
+        context.Process(
+            target=_worker,
+            args=(service, settings, serve, loop_factory, index),
+            name=f"{service}-worker-{index}",
+        )
+        for index in range(count)
+    ]
+    requested = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal requested
+        requested = True
+        for proc in procs:
+            if proc.pid is not None and proc.exitcode is None:
+                proc.terminate()  # SIGTERM: each worker drains its own calls
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for proc in procs:
+            proc.start()
+        if requested:  # a signal came while workers were starting
+            forward(signal.SIGTERM, None)
+        log.info("%s: %d worker processes", service, count)
+        multiprocessing.connection.wait([proc.sentinel for proc in procs])
+        ended_alone = not requested
+        forward(signal.SIGTERM, None)
+        for proc in procs:
+            proc.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    # A worker killed by the forwarded signal before it could drain has a negative status.
+    failed = next((proc.exitcode for proc in procs if proc.exitcode and proc.exitcode > 0), 0)
+    return failed or (1 if ended_alone else 0)

@@ -5,18 +5,17 @@ translated once here (docs/api.md#status-codes): a permanent refusal (400/401/40
 DependencyRejected naming the task and the provider's redacted message, 429 ResourceExhausted,
 5xx and connection failures DependencyUnavailable; 429/502/503/504 are retried with jittered
 backoff while the caller's deadline allows. `answer_generation` is one streamed completion
-(server-sent events) under the same mapping, retried only before its first piece."""
+(server-sent events) under the same mapping, retried only before its first piece. The transport
+(pool, timeouts, retry rule) is shared.http's."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from orchestrator_service.models import prompts
@@ -37,6 +36,14 @@ from shared.errors import (
     ModelOutputInvalid,
     ResourceExhausted,
 )
+from shared.http import (
+    HttpClient,
+    HttpConnectTimeout,
+    HttpTimeout,
+    HttpTransportError,
+    Reply,
+    RetryPolicy,
+)
 from shared.redact import Redactor
 from shared.trace_fields import Complexity, RewriteMethod
 from shared.tracing import http_span, inject_headers
@@ -51,6 +58,7 @@ RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 MAX_ATTEMPTS = 4
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
+RETRY = RetryPolicy(RETRYABLE_STATUSES, MAX_ATTEMPTS, BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS)
 
 # Keywords strict structured outputs reject or ignore; the pydantic model still enforces them.
 _UNSUPPORTED_KEYWORDS = frozenset(
@@ -116,7 +124,7 @@ class RemoteModelClient:
         fast_model: str | None = None,
         answer_model: str | None = None,
         timeout: float = 60.0,
-        http: httpx.AsyncClient | None = None,
+        http: HttpClient | None = None,
     ) -> None:
         self.name = base_url
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -125,9 +133,7 @@ class RemoteModelClient:
         self.fast_model = fast_model or model
         self.answer_model = answer_model or model
         self._timeout = timeout
-        self._http = http or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        )
+        self._http = http or HttpClient(max_connections=256)
         self._redact = Redactor(api_key)
         self._schemas = {
             TASK_COMPLEXITY: strict_schema(ComplexityResult),
@@ -223,14 +229,14 @@ class RemoteModelClient:
             seconds = self._timeout if left is None else min(left, self._timeout)
             try:
                 with http_span("model", task=task, attempt=attempt) as traced:
-                    response = await self._http.post(
-                        self._url, json=body, headers=inject_headers(self._headers), timeout=seconds
+                    response = await self._http.post_json(
+                        self._url, body, timeout=seconds, headers=inject_headers(self._headers)
                     )
-                    traced.set_attribute("http.response.status_code", response.status_code)
-            except httpx.ConnectTimeout as exc:
+                    traced.set_attribute("http.response.status_code", response.status)
+            except HttpConnectTimeout as exc:
                 log.warning("model task %s: connect timeout after %.3fs", task, seconds)
                 raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
-            except httpx.TimeoutException as exc:
+            except HttpTimeout as exc:
                 log.warning("model task %s: no reply within %.3fs", task, seconds)
                 raise DeadlineExceeded(
                     f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
@@ -238,14 +244,14 @@ class RemoteModelClient:
                     else f"model task {task}: the caller's deadline passed while waiting for "
                     "the model"
                 ) from exc
-            except httpx.TransportError as exc:
+            except HttpTransportError as exc:
                 log.warning(
                     "model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc))
                 )
                 raise DependencyUnavailable(
                     DEPENDENCY, f"task {task}: the connection failed"
                 ) from exc
-            if response.status_code < 400:
+            if response.status < 400:
                 return _content(response)
             error = self._http_error(task, response)
             log.warning("model task %s: attempt %d: %s", task, attempt, error.message)
@@ -254,10 +260,10 @@ class RemoteModelClient:
                 raise error
             await asyncio.sleep(delay)
 
-    def _http_error(self, task: str, response: httpx.Response) -> DomainError:
+    def _http_error(self, task: str, response: Reply) -> DomainError:
         """The domain error for a failed HTTP reply: permanent refusals name the provider's
         (redacted) message, since only the operator can fix them."""
-        status = response.status_code
+        status = response.status
         if status == 429:
             return ResourceExhausted(f"model task {task}: the model endpoint is rate limiting")
         if status >= 500 or status == 408:
@@ -297,26 +303,22 @@ class RemoteModelClient:
             if left is not None and left <= 0:
                 raise DeadlineExceeded(f"model task {task}: the caller's deadline passed")
             own_limit = left is None or self._timeout <= left
-            # httpx applies this to each read; the orchestrator bounds the whole stream.
+            # It bounds each wait for data; the orchestrator bounds the whole stream.
             seconds = self._timeout if left is None else min(left, self._timeout)
             error: DomainError | None = None
             delay: float | None = None
             try:
                 # No span of its own: one made current here would stay current in the consumer
                 # between pieces (the model-call span covers the stream).
-                async with self._http.stream(
-                    "POST",
-                    self._url,
-                    json=body,
-                    headers=inject_headers(self._headers),
-                    timeout=seconds,
-                ) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        error = self._http_error(task, response)
-                        delay = _retry_delay(response, attempt, deadline, loop.time())
+                async with self._http.stream_json(
+                    self._url, body, timeout=seconds, headers=inject_headers(self._headers)
+                ) as stream:
+                    if stream.status >= 400:
+                        reply = await stream.read()
+                        error = self._http_error(task, reply)
+                        delay = _retry_delay(reply, attempt, deadline, loop.time())
                     else:
-                        async for line in response.aiter_lines():
+                        async for line in stream.lines():
                             data = _sse_data(line)
                             if data == "[DONE]":
                                 return
@@ -326,10 +328,10 @@ class RemoteModelClient:
                         raise DependencyUnavailable(
                             DEPENDENCY, f"task {task}: the answer stream ended before [DONE]"
                         )
-            except httpx.ConnectTimeout as exc:
+            except HttpConnectTimeout as exc:
                 log.warning("model task %s: connect timeout after %.3fs", task, seconds)
                 raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
-            except httpx.TimeoutException as exc:
+            except HttpTimeout as exc:
                 log.warning("model task %s: no piece within %.3fs", task, seconds)
                 raise DeadlineExceeded(
                     f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
@@ -337,7 +339,7 @@ class RemoteModelClient:
                     else f"model task {task}: the caller's deadline passed while waiting for "
                     "the model"
                 ) from exc
-            except httpx.TransportError as exc:
+            except HttpTransportError as exc:
                 log.warning(
                     "model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc))
                 )
@@ -351,15 +353,10 @@ class RemoteModelClient:
             await asyncio.sleep(delay)
 
 
-def _retry_delay(
-    response: httpx.Response, attempt: int, deadline: float | None, now: float
-) -> float | None:
+def _retry_delay(response: Reply, attempt: int, deadline: float | None, now: float) -> float | None:
     """Seconds to wait before retrying a failed reply, or None when it must not be retried:
     a permanent status, the attempts used up, or a backoff the caller's deadline cannot fit."""
-    if response.status_code not in RETRYABLE_STATUSES or attempt >= MAX_ATTEMPTS:
-        return None
-    delay = _backoff(attempt, response.headers.get("retry-after"))
-    return None if deadline is not None and delay >= deadline - now else delay
+    return RETRY.delay(response, attempt, None if deadline is None else deadline - now)
 
 
 def _sse_data(line: str) -> str | None:
@@ -379,7 +376,7 @@ def _delta_content(data: str) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _content(response: httpx.Response) -> str:
+def _content(response: Reply) -> str:
     try:
         content = response.json()["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
@@ -387,7 +384,7 @@ def _content(response: httpx.Response) -> str:
     return content if isinstance(content, str) else json.dumps(content)
 
 
-def _provider_message(response: httpx.Response) -> str:
+def _provider_message(response: Reply) -> str:
     """The OpenAI-style `error.message` (or `error` / `message`), else the raw body."""
     try:
         payload = response.json()
@@ -400,14 +397,3 @@ def _provider_message(response: httpx.Response) -> str:
         if isinstance(error, str):
             return error
     return response.text
-
-
-def _backoff(attempt: int, retry_after: str | None) -> float:
-    """Full-jitter exponential backoff, or the server's Retry-After (seconds) when it gives one,
-    so many callers retrying together do not hit the endpoint in lockstep."""
-    if retry_after is not None:
-        try:
-            return min(max(float(retry_after), 0.0), BACKOFF_MAX_SECONDS)
-        except ValueError:
-            pass  # an HTTP date: fall back to the computed backoff
-    return random.uniform(0, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (attempt - 1)))

@@ -1,0 +1,77 @@
+"""shared.http: transport failures come out library-neutral and name no address; the retry rule
+(statuses, attempts, Retry-After, the caller's deadline); proxies from the environment."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from multidict import CIMultiDict
+
+from shared.http import (
+    HttpClient,
+    HttpConnectionError,
+    HttpTimeout,
+    Reply,
+    RetryPolicy,
+)
+from tests.fakes.model_server import FakeModelServer, ModelScript, grade
+
+BODY = {"messages": [{"role": "user", "content": "<question>\nq\n</question>"}]}
+
+
+def _reply(status: int, **headers: str) -> Reply:
+    return Reply(status, CIMultiDict(headers), b"")
+
+
+async def test_a_refused_connection_names_no_address() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = HttpClient()
+    try:
+        with pytest.raises(HttpConnectionError) as err:
+            await client.post_json(f"http://127.0.0.1:{port}/v1/x", BODY, timeout=5)
+    finally:
+        await client.aclose()
+    assert str(port) not in str(err.value) and "127.0.0.1" not in str(err.value)
+
+
+async def test_a_reply_slower_than_the_timeout_is_http_timeout_and_a_fast_one_reads() -> None:
+    script = ModelScript()
+    script.fallback = lambda task, q: grade("strong", "sufficient", "answer")
+    async with FakeModelServer(script, delay=0.5) as server:
+        client = HttpClient()
+        try:
+            with pytest.raises(HttpTimeout):
+                await client.post_json(server.base_url + "/chat/completions", BODY, timeout=0.1)
+            reply = await client.post_json(
+                server.base_url + "/chat/completions", BODY, timeout=5, headers={"X-A": "b"}
+            )
+        finally:
+            await client.aclose()
+    assert reply.status == 200 and reply.json()["choices"][0]["message"]["content"]
+    assert server.requests[-1].body == BODY
+
+
+def test_retry_rule() -> None:
+    policy = RetryPolicy(frozenset({429, 503}), max_attempts=3, backoff_seconds=0.1)
+    assert policy.delay(_reply(400), 1, None) is None  # not a retryable status
+    assert policy.delay(_reply(503), 3, None) is None  # attempts used up
+    assert 0 <= (policy.delay(_reply(503), 2, None) or 0) <= 0.2  # full jitter, 0.1 × 2
+    assert policy.delay(_reply(429, **{"Retry-After": "1.5"}), 1, None) == 1.5
+    assert policy.delay(_reply(429, **{"Retry-After": "60"}), 1, None) == 5.0  # capped
+    assert policy.delay(_reply(429, **{"Retry-After": "1.5"}), 1, 1.0) is None  # deadline
+    uncapped = RetryPolicy(frozenset({429}), max_attempts=2, retry_after_cap=None)
+    assert uncapped.delay(_reply(429, **{"Retry-After": "60"}), 1, None) == 60.0
+
+
+def test_proxies_come_from_the_environment_once_per_url(monkeypatch) -> None:
+    # The environment is the input under test (no component is replaced).
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "llm.local")
+    client = HttpClient()
+    proxy, auth = client._proxy("https://api.example.com/v1/chat/completions")
+    assert str(proxy) == "http://proxy.internal:3128" and auth is not None
+    assert auth.login == "user"
+    assert client._proxy("https://llm.local/v1/chat/completions") == (None, None)
