@@ -30,7 +30,7 @@ from retrieval_service.embedding import Embedder
 from retrieval_service.merge import Doc
 from retrieval_service.meta import RetrievalMode
 from retrieval_service.milvus_schema import OUTPUT_FIELDS, bm25_spec, dense_spec
-from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
+from retrieval_service.pipeline import CurrentVersions, RetrievalConfig, RetrievalPipeline
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
@@ -211,9 +211,10 @@ class OneSidedPipeline(RetrievalPipeline):
         embedder: Embedder,
         reranker: Reranker,
         config: RetrievalConfig,
+        versions: CurrentVersions,
         side: str,
     ) -> None:
-        super().__init__(chunks, embedder, reranker, config)
+        super().__init__(chunks, embedder, reranker, config, versions)
         self._chunks = chunks
         self._side = side
 
@@ -230,7 +231,7 @@ def mode_pipeline(app: RetrievalApp, side: str, config: RetrievalConfig) -> Retr
     reranker = Reranker(None, None, None)
     if side == "hybrid":
         return RetrievalPipeline(app.chunks, app.embedder, reranker, config, app.registry)
-    return OneSidedPipeline(app.chunks, app.embedder, reranker, config, side)
+    return OneSidedPipeline(app.chunks, app.embedder, reranker, config, app.registry, side)
 
 
 @asynccontextmanager

@@ -95,7 +95,9 @@ async def ingestion_ratio(
     parents, write three levels and the registry), the embedder alone on their leaves, and the
     embedder plus one raw pymilvus insert of the leaf rows."""
     settings = app.settings
-    chunking = ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap)
+    chunking = ChunkingConfig.from_chunk_size(
+        settings.chunk_size, settings.chunk_overlap, context_header=settings.leaf_context_header
+    )
     docs = [
         retrieval_pb2.SourceDocument(filename=f"copy-{d}.txt", content=data.corpus[d].encode())
         for d in sample
@@ -112,7 +114,7 @@ async def ingestion_ratio(
         for c in chunk_document(f"raw-{d}.txt", "Text", [Page(0, data.corpus[d])], chunking)
         if c.chunk_level == 3
     ]
-    texts = [c.text for c in records]
+    texts = [c.embedded_text for c in records]
     started = time.perf_counter()
     vectors = [
         await app.embedder.embed_passages(texts[i : i + 32]) for i in range(0, len(texts), 32)

@@ -173,7 +173,7 @@ class Ingestor:
         owner = {c.chunk_id + "\x00" + c.filename: p for p in prepared for c in p.chunks}
         for start in range(0, len(todo), self._batch_size):
             batch = todo[start : start + self._batch_size]
-            vectors = await self._embedder.embed_passages([c.text for c in batch])
+            vectors = await self._embedder.embed_passages([c.embedded_text for c in batch])
             vectors = np.asarray(vectors, dtype=np.float32)
             if vectors.shape != (len(batch), self._embedder.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape} for {len(batch)} texts")
@@ -403,7 +403,7 @@ def store_row(c: ChunkRecord, vector: np.ndarray, version: str) -> dict[str, Any
         "chunk_id": c.chunk_id,
         "version": version,
         "text": c.text,
-        "bm25_text": bm25_text(c.text),
+        "bm25_text": bm25_text(c.embedded_text),
         "dense": vector.tolist(),
         "filename": c.filename,
         "file_type": c.file_type,
