@@ -330,15 +330,20 @@ def latency_rows(
 
 
 def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int) -> Any:
-    """What the service's hybrid recall asks Milvus (dense + BM25 at 2k each, RRF k=60, the
-    level filter, named output fields), written directly against pymilvus."""
+    """What the service's hybrid recall asks Milvus (dense + BM25 at the default recall depth
+    each, the default RRF k, the level filter, named output fields), directly in pymilvus."""
     from pymilvus import RRFRanker
 
-    defaults = StoreConfig(uri="", token=None, collection="", dim=0)
-    dense = dense_spec(vector, 2 * k, 3, hnsw_ef=defaults.hnsw_ef).request()
-    sparse = bm25_spec(text, 2 * k, 3, drop_ratio=defaults.bm25_drop_ratio_search).request()
+    cfg = StoreConfig(uri="", token=None, collection="", dim=0)
+    depth = cfg.recall_depth * k
+    dense = dense_spec(vector, depth, 3, hnsw_ef=cfg.hnsw_ef).request()
+    sparse = bm25_spec(text, depth, 3, drop_ratio=cfg.bm25_drop_ratio_search).request()
     return raw.hybrid_search(
-        collection, reqs=[dense, sparse], ranker=RRFRanker(60), limit=k, output_fields=OUTPUT_FIELDS
+        collection,
+        reqs=[dense, sparse],
+        ranker=RRFRanker(cfg.rrf_k),
+        limit=k,
+        output_fields=OUTPUT_FIELDS,
     )
 
 
