@@ -234,9 +234,10 @@ async def run(args: argparse.Namespace) -> None:
                     await ingest(endpoints["hybrid"], data, todo, args.batch)
                 else:
                     print(f"ingest: skipped, {db} already holds all {len(doc_ids)} abstracts")
-                await ingestion_ratio(
-                    app, endpoints["hybrid"], raw, data, doc_ids[: args.ratio_docs]
-                )
+                if args.ratio_docs > 0:  # 0 skips it: a quality study needs no ingest rate
+                    await ingestion_ratio(
+                        app, endpoints["hybrid"], raw, data, doc_ids[: args.ratio_docs]
+                    )
                 await quality(endpoints, data, claim_ids)
                 texts = [data.claims[q] for q in claim_ids[: args.latency_queries]]
                 matrix = await leaf_vectors(app, raw, app.store.level_collection(3))
