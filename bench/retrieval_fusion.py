@@ -80,9 +80,11 @@ def rrf(sides: Sequence[list[tuple[str, str]]], k: float, limit: int) -> list[st
 
 
 def score(rankings: dict[str, list[str]], qrels: dict[str, set[str]]) -> list[float]:
+    """Metrics over the first QUALITY_TOP_K chunks, what Retrieve returns at top_k 100 with
+    rerank off (the pool in fused order)."""
     sums = np.zeros(3)
     for q, names in rankings.items():
-        sums += doc_metrics(doc_ranking(names), qrels[q])
+        sums += doc_metrics(doc_ranking(names[:QUALITY_TOP_K]), qrels[q])
     return [round(float(x) / len(rankings), 4) for x in sums]
 
 
