@@ -32,7 +32,7 @@ class ChunkingConfig:
     l3: LevelSizes
     separators: tuple[str, ...] = DEFAULT_SEPARATORS
     #: Give each leaf its contextual header (leaf_context.py) for embedding and BM25.
-    context_header: bool = True
+    context_header: bool = False
 
     @classmethod
     def from_chunk_size(
@@ -41,7 +41,7 @@ class ChunkingConfig:
         chunk_overlap: int = 100,
         *,
         floors: bool = True,
-        context_header: bool = True,
+        context_header: bool = False,
     ) -> ChunkingConfig:
         if floors:
             return cls(

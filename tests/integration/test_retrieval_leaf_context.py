@@ -1,18 +1,19 @@
 """Contextual leaf headers through the real service (issue 18, lever 1): the embedder and the
 BM25 field read `title › section` before each leaf, Retrieve returns the leaf alone, and
-LEAF_CONTEXT_HEADER=false turns it off."""
+it is off unless LEAF_CONTEXT_HEADER=true."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from retrieval_service.embedding import OpenAIEmbedder
 from tests.fakes.embeddings_server import EmbeddingsServer
-from tests.integration.retrieval_harness import Service, running_service
+from tests.integration.retrieval_harness import SMALL, Service, running_service
 
 TITLE = "Zebrafish fin regeneration"
 BODY = " ".join(f"Sentence {i} describes the blastema and its growth." for i in range(10))
@@ -38,7 +39,8 @@ async def serving(db: str, server: EmbeddingsServer, **settings: Any) -> AsyncIt
 
 async def test_header_reaches_the_model_and_bm25_not_the_caller(tmp_path, embeddings) -> None:
     embeddings.requests.clear()
-    async with serving(str(tmp_path / "kb.db"), embeddings) as svc:
+    headed_small = replace(SMALL, context_header=True)
+    async with serving(str(tmp_path / "kb.db"), embeddings, chunking=headed_small) as svc:
         await svc.ingest(("fins.md", DOC), ("other.txt", b"Ferns like a peaty compost."))
         passages = [t for r in embeddings.requests for t in r["input"]]
         headed = [p for p in passages if p.startswith(f"{TITLE} › Methods\n\n")]
@@ -53,13 +55,21 @@ async def test_header_reaches_the_model_and_bm25_not_the_caller(tmp_path, embedd
         assert fins and not any(d["text"].startswith(f"{TITLE} ›") for d in fins)
 
 
-async def test_setting_off_embeds_the_leaf_alone(tmp_path, embeddings) -> None:
+async def test_default_embeds_the_leaf_alone(tmp_path, embeddings) -> None:
     embeddings.requests.clear()
-    async with serving(
-        str(tmp_path / "kb.db"), embeddings, chunking=None, leaf_context_header=False
-    ) as svc:
+    async with serving(str(tmp_path / "kb.db"), embeddings, chunking=None) as svc:
         await svc.ingest(("fins.md", DOC * 20))
         passages = [t for r in embeddings.requests for t in r["input"]]
         assert passages and not any(p.startswith(TITLE) for p in passages)
         hits = await svc.app.chunks.bm25_search(3, "zebrafish", 50)
         assert len(hits) < len(passages)  # only leaves holding the title itself match
+
+
+async def test_setting_turns_it_on_through_the_composition_root(tmp_path, embeddings) -> None:
+    embeddings.requests.clear()
+    async with serving(
+        str(tmp_path / "kb.db"), embeddings, chunking=None, leaf_context_header=True
+    ) as svc:
+        await svc.ingest(("fins.md", DOC * 20))
+        passages = [t for r in embeddings.requests for t in r["input"]]
+        assert any(p.startswith(TITLE) for p in passages)  # unheaded leaves open with "#"

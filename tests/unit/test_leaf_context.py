@@ -14,7 +14,7 @@ from retrieval_service.leaf_context import (
     with_header,
 )
 
-SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
+SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False, context_header=True)
 TITLE = "Vitamin D and bone density in adults"
 ABSTRACT = " ".join(f"Sentence {i} reports a measured effect on the cohort." for i in range(12))
 
@@ -34,6 +34,7 @@ def test_text_title_heads_every_leaf_but_the_one_holding_it() -> None:
 
 
 def test_disabled_header_leaves_the_embedded_text_alone() -> None:
+    assert not ChunkingConfig.from_chunk_size().context_header  # off unless configured
     config = replace(SMALL, context_header=False)
     for leaf in leaves("a.txt", "Text", [Page(0, f"{TITLE}\n\n{ABSTRACT}")], config):
         assert leaf.context == "" and leaf.embedded_text == leaf.text
