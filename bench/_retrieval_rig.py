@@ -30,7 +30,7 @@ from retrieval_service.embedding import Embedder
 from retrieval_service.merge import Doc
 from retrieval_service.meta import RetrievalMode
 from retrieval_service.milvus_schema import OUTPUT_FIELDS, bm25_spec, dense_spec
-from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
+from retrieval_service.pipeline import CurrentVersions, RetrievalConfig, RetrievalPipeline
 from retrieval_service.rerank import Reranker
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
@@ -211,9 +211,10 @@ class OneSidedPipeline(RetrievalPipeline):
         embedder: Embedder,
         reranker: Reranker,
         config: RetrievalConfig,
+        versions: CurrentVersions,
         side: str,
     ) -> None:
-        super().__init__(chunks, embedder, reranker, config)
+        super().__init__(chunks, embedder, reranker, config, versions)
         self._chunks = chunks
         self._side = side
 
@@ -230,7 +231,7 @@ def mode_pipeline(app: RetrievalApp, side: str, config: RetrievalConfig) -> Retr
     reranker = Reranker(None, None, None)
     if side == "hybrid":
         return RetrievalPipeline(app.chunks, app.embedder, reranker, config, app.registry)
-    return OneSidedPipeline(app.chunks, app.embedder, reranker, config, side)
+    return OneSidedPipeline(app.chunks, app.embedder, reranker, config, app.registry, side)
 
 
 @asynccontextmanager
@@ -329,15 +330,20 @@ def latency_rows(
 
 
 def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int) -> Any:
-    """What the service's hybrid recall asks Milvus (dense + BM25 at 2k each, RRF k=60, the
-    level filter, named output fields), written directly against pymilvus."""
+    """What the service's hybrid recall asks Milvus (dense + BM25 at the default recall depth
+    each, the default RRF k, the level filter, named output fields), directly in pymilvus."""
     from pymilvus import RRFRanker
 
-    defaults = StoreConfig(uri="", token=None, collection="", dim=0)
-    dense = dense_spec(vector, 2 * k, 3, hnsw_ef=defaults.hnsw_ef).request()
-    sparse = bm25_spec(text, 2 * k, 3, drop_ratio=defaults.bm25_drop_ratio_search).request()
+    cfg = StoreConfig(uri="", token=None, collection="", dim=0)
+    depth = cfg.recall_depth * k
+    dense = dense_spec(vector, depth, 3, hnsw_ef=cfg.hnsw_ef).request()
+    sparse = bm25_spec(text, depth, 3, drop_ratio=cfg.bm25_drop_ratio_search).request()
     return raw.hybrid_search(
-        collection, reqs=[dense, sparse], ranker=RRFRanker(60), limit=k, output_fields=OUTPUT_FIELDS
+        collection,
+        reqs=[dense, sparse],
+        ranker=RRFRanker(cfg.rrf_k),
+        limit=k,
+        output_fields=OUTPUT_FIELDS,
     )
 
 

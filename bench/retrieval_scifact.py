@@ -95,7 +95,9 @@ async def ingestion_ratio(
     parents, write three levels and the registry), the embedder alone on their leaves, and the
     embedder plus one raw pymilvus insert of the leaf rows."""
     settings = app.settings
-    chunking = ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap)
+    chunking = ChunkingConfig.from_chunk_size(
+        settings.chunk_size, settings.chunk_overlap, context_header=settings.leaf_context_header
+    )
     docs = [
         retrieval_pb2.SourceDocument(filename=f"copy-{d}.txt", content=data.corpus[d].encode())
         for d in sample
@@ -112,7 +114,7 @@ async def ingestion_ratio(
         for c in chunk_document(f"raw-{d}.txt", "Text", [Page(0, data.corpus[d])], chunking)
         if c.chunk_level == 3
     ]
-    texts = [c.text for c in records]
+    texts = [c.embedded_text for c in records]
     started = time.perf_counter()
     vectors = [
         await app.embedder.embed_passages(texts[i : i + 32]) for i in range(0, len(texts), 32)
@@ -196,8 +198,9 @@ async def quality(endpoints: dict[str, Endpoint], data: SciFact, claim_ids: list
 
 
 async def leaf_vectors(app: RetrievalApp, raw: Any, collection: str) -> np.ndarray:
-    """Every leaf vector, by primary key (ids derived from the registry, like the service)."""
-    ids = [i for entry in await app.ingestor.list_documents() for i in entry.ids(3)]
+    """Every current leaf vector, by primary key (derived from the registry, like the service:
+    one per chunk version)."""
+    ids = [i for entry in await app.ingestor.list_documents() for i in entry.pks(3)]
     rows = []
     for start in range(0, len(ids), 1000):
         batch = raw.get(collection, ids=ids[start : start + 1000], output_fields=["dense"])
@@ -232,10 +235,12 @@ async def run(args: argparse.Namespace) -> None:
                     await ingest(endpoints["hybrid"], data, todo, args.batch)
                 else:
                     print(f"ingest: skipped, {db} already holds all {len(doc_ids)} abstracts")
-                await ingestion_ratio(
-                    app, endpoints["hybrid"], raw, data, doc_ids[: args.ratio_docs]
-                )
-                await quality(endpoints, data, claim_ids)
+                if args.ratio_docs > 0:  # 0 skips it: a quality study needs no ingest rate
+                    await ingestion_ratio(
+                        app, endpoints["hybrid"], raw, data, doc_ids[: args.ratio_docs]
+                    )
+                if not args.no_quality:
+                    await quality(endpoints, data, claim_ids)
                 texts = [data.claims[q] for q in claim_ids[: args.latency_queries]]
                 matrix = await leaf_vectors(app, raw, app.store.level_collection(3))
                 await measure_latency(
@@ -261,6 +266,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16, help="abstracts per IngestDocuments call")
     p.add_argument("--ratio-docs", type=int, default=40)
     p.add_argument("--latency-queries", type=int, default=100)
+    p.add_argument("--no-quality", action="store_true", help="latency only (a re-run)")
     return p.parse_args(argv)
 
 

@@ -146,7 +146,12 @@ async def create_app(
         chunks,
         registry,
         embedder,
-        chunking or ChunkingConfig.from_chunk_size(settings.chunk_size, settings.chunk_overlap),
+        chunking
+        or ChunkingConfig.from_chunk_size(
+            settings.chunk_size,
+            settings.chunk_overlap,
+            context_header=settings.leaf_context_header,
+        ),
         max_document_bytes=settings.max_document_bytes,
         checkpoint=checkpoint,
     )

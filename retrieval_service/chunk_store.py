@@ -15,7 +15,6 @@ from retrieval_service.store import MilvusStore, in_filter, quote
 Row = dict[str, Any]
 _READ_BATCH = 500
 _WRITE_BATCH = 256
-_RRF_K = 60
 
 
 def hits(result: Any) -> list[Row]:
@@ -54,20 +53,21 @@ class ChunkStore:
     async def hybrid_search(
         self, level: int, text: str, vector: Sequence[float], candidate_k: int
     ) -> list[Row]:
-        """Dense + BM25, each asking 2×candidate_k, fused with RRF(k=60) to candidate_k."""
+        """Dense + BM25, each asking recall_depth × candidate_k, fused with RRF(rrf_k) to
+        candidate_k (StoreConfig)."""
         from pymilvus import RRFRanker
 
+        cfg = self._config
+        depth = cfg.recall_depth * candidate_k
         requests = [
-            dense_spec(vector, 2 * candidate_k, level, hnsw_ef=self._config.hnsw_ef).request(),
-            bm25_spec(
-                text, 2 * candidate_k, level, drop_ratio=self._config.bm25_drop_ratio_search
-            ).request(),
+            dense_spec(vector, depth, level, hnsw_ef=cfg.hnsw_ef).request(),
+            bm25_spec(text, depth, level, drop_ratio=cfg.bm25_drop_ratio_search).request(),
         ]
         result = await self._milvus.run(
             lambda client: client.hybrid_search(
                 self._collection(level),
                 reqs=requests,
-                ranker=RRFRanker(_RRF_K),
+                ranker=RRFRanker(cfg.rrf_k),
                 limit=candidate_k,
                 output_fields=OUTPUT_FIELDS,
             )

@@ -5,7 +5,9 @@ L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from retrieval_service.leaf_context import leaf_header, page_contexts, with_header
 
 # Separator priority of the reference: paragraph break, full stop, exclamation and question
 # marks (full width), newline, comma, enumeration comma, space, and finally single characters.
@@ -29,22 +31,31 @@ class ChunkingConfig:
     l2: LevelSizes
     l3: LevelSizes
     separators: tuple[str, ...] = DEFAULT_SEPARATORS
+    #: Give each leaf its contextual header (leaf_context.py) for embedding and BM25.
+    context_header: bool = False
 
     @classmethod
     def from_chunk_size(
-        cls, chunk_size: int = 800, chunk_overlap: int = 100, *, floors: bool = True
+        cls,
+        chunk_size: int = 800,
+        chunk_overlap: int = 100,
+        *,
+        floors: bool = True,
+        context_header: bool = False,
     ) -> ChunkingConfig:
         if floors:
             return cls(
                 l1=LevelSizes(max(2000, 3 * chunk_size), max(400, 3 * chunk_overlap)),
                 l2=LevelSizes(max(1000, 2 * chunk_size), max(200, 2 * chunk_overlap)),
                 l3=LevelSizes(max(600, chunk_size), max(100, chunk_overlap)),
+                context_header=context_header,
             )
         # Without floors (small test corpora): the same 3:2:1 ratios, nothing more.
         return cls(
             l1=LevelSizes(3 * chunk_size, 3 * chunk_overlap),
             l2=LevelSizes(2 * chunk_size, 2 * chunk_overlap),
             l3=LevelSizes(chunk_size, chunk_overlap),
+            context_header=context_header,
         )
 
     def level(self, level: int) -> LevelSizes:
@@ -65,6 +76,14 @@ class ChunkRecord:
     file_type: str
     file_path: str
     page_number: str
+    #: A leaf's contextual header (leaf_context.py); empty on parents and when disabled.
+    #: Never stored or returned: only what the model and BM25 read carries it.
+    context: str = ""
+
+    @property
+    def embedded_text(self) -> str:
+        """What the embedder and the BM25 field read: the header, then the chunk text."""
+        return with_header(self.context, self.text)
 
 
 def split_text(text: str, size: int, overlap: int, separators: Sequence[str]) -> list[str]:
@@ -175,16 +194,39 @@ def chunk_document(
         )
 
     seps = config.separators
-    for page in pages:
-        text = page.text.strip()
+    stripped = [(page.number, page.text.strip()) for page in pages]
+    contexts = page_contexts(file_type, stripped) if config.context_header else None
+    for index, (number, text) in enumerate(stripped):
         if not text:
             continue
-        for l1_text in split_text(text, config.l1.size, config.l1.overlap, seps):
-            l1 = make(l1_text, page.number, 1, "", None)
+        for l1_text, l1_at in _located(text, 0, config.l1, seps):
+            l1 = make(l1_text, number, 1, "", None)
             records.append(l1)
-            for l2_text in split_text(l1_text, config.l2.size, config.l2.overlap, seps):
-                l2 = make(l2_text, page.number, 2, l1.chunk_id, l1.chunk_id)
+            for l2_text, l2_at in _located(l1_text, l1_at, config.l2, seps):
+                l2 = make(l2_text, number, 2, l1.chunk_id, l1.chunk_id)
                 records.append(l2)
-                for l3_text in split_text(l2_text, config.l3.size, config.l3.overlap, seps):
-                    records.append(make(l3_text, page.number, 3, l2.chunk_id, l1.chunk_id))
+                for l3_text, l3_at in _located(l2_text, l2_at, config.l3, seps):
+                    leaf = make(l3_text, number, 3, l2.chunk_id, l1.chunk_id)
+                    if contexts is not None:
+                        end = len(text) if l3_at is None else l3_at + len(l3_text)
+                        leaf = replace(leaf, context=leaf_header(contexts[index], l3_at, end))
+                    records.append(leaf)
     return records
+
+
+def _located(
+    text: str, base: int | None, sizes: LevelSizes, separators: Sequence[str]
+) -> list[tuple[str, int | None]]:
+    """The pieces of `text` with their offsets in the page (`text` starts at `base`; None =
+    unknown). Pieces are stripped substrings whose starts increase, so each is looked for
+    after the previous one's start."""
+    out: list[tuple[str, int | None]] = []
+    cursor = 0
+    for piece in split_text(text, sizes.size, sizes.overlap, separators):
+        at = text.find(piece, cursor)
+        if at < 0:
+            at = text.find(piece)
+        out.append((piece, None if at < 0 or base is None else base + at))
+        if at >= 0:
+            cursor = at + 1
+    return out

@@ -356,7 +356,7 @@ class Ingestor:
             progress.advance(0)
         windows = embed_windows(
             self._embedder,
-            [c.text for _, c in leaves],
+            [c.embedded_text for _, c in leaves],
             self._window,
             on_batch=progress.advance if progress is not None else None,
             deadline=deadline,
@@ -712,7 +712,7 @@ def store_row(c: ChunkRecord, vector: np.ndarray, version: str) -> dict[str, Any
         "chunk_id": c.chunk_id,
         "version": version,
         "text": c.text,
-        "bm25_text": bm25_text(c.text),
+        "bm25_text": bm25_text(c.embedded_text),
         "dense": vector.tolist(),
         "filename": c.filename,
         "file_type": c.file_type,

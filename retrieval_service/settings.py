@@ -51,6 +51,13 @@ class RetrievalSettings(ServerSettings):
     # L3 size; L1/L2 sizes derive from it (REFERENCE.md §1.2).
     chunk_size: int = Field(800, gt=0)
     chunk_overlap: int = Field(100, ge=0)
+    # Off by default: on the SciFact subset it moved nDCG@10 by less than its standard error
+    # (README "Benchmarks"), and it changes what a store holds; the full corpus decides.
+    leaf_context_header: bool = Field(
+        False,
+        description="Embed and BM25-index each leaf with its document title and section path "
+        "in front (issue 18); the stored and returned text stays the leaf.",
+    )
     max_document_bytes: int = Field(20 * 1024 * 1024, gt=0)
     samples_dir: str | None = Field(
         None, description="Folder ingested at start-up when the store is empty (`make run`)."

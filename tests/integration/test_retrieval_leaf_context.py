@@ -1,0 +1,75 @@
+"""Contextual leaf headers through the real service (issue 18, lever 1): the embedder and the
+BM25 field read `title › section` before each leaf, Retrieve returns the leaf alone, and
+it is off unless LEAF_CONTEXT_HEADER=true."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from retrieval_service.embedding import OpenAIEmbedder
+from tests.fakes.embeddings_server import EmbeddingsServer
+from tests.integration.retrieval_harness import SMALL, Service, running_service
+
+TITLE = "Zebrafish fin regeneration"
+BODY = " ".join(f"Sentence {i} describes the blastema and its growth." for i in range(10))
+DOC = f"# {TITLE}\n\n## Methods\n\n{BODY}\n".encode()
+
+
+@pytest.fixture(scope="module")
+def embeddings() -> Iterator[EmbeddingsServer]:
+    server = EmbeddingsServer(64).start()
+    yield server
+    server.stop()
+
+
+@asynccontextmanager
+async def serving(db: str, server: EmbeddingsServer, **settings: Any) -> AsyncIterator[Service]:
+    model = OpenAIEmbedder(server.base_url, "fake", 64)
+    try:
+        async with running_service(db, embedder=model, **settings) as svc:
+            yield svc
+    finally:
+        await model.aclose()
+
+
+async def test_header_reaches_the_model_and_bm25_not_the_caller(tmp_path, embeddings) -> None:
+    embeddings.requests.clear()
+    headed_small = replace(SMALL, context_header=True)
+    async with serving(str(tmp_path / "kb.db"), embeddings, chunking=headed_small) as svc:
+        await svc.ingest(("fins.md", DOC), ("other.txt", b"Ferns like a peaty compost."))
+        passages = [t for r in embeddings.requests for t in r["input"]]
+        headed = [p for p in passages if p.startswith(f"{TITLE} › Methods\n\n")]
+        assert len(headed) >= 2  # every leaf after the one holding both headings
+
+        # "zebrafish" is only in the title, so BM25 finds the later leaves through the header.
+        hits = await svc.app.chunks.bm25_search(3, "zebrafish", 20)
+        assert len(hits) >= 1 + len(headed)
+        assert not any(h["text"].startswith(f"{TITLE} ›") for h in hits)
+        docs, _ = await svc.retrieve("zebrafish", top_k=20)
+        fins = [d for d in docs if d["filename"] == "fins.md"]
+        assert fins and not any(d["text"].startswith(f"{TITLE} ›") for d in fins)
+
+
+async def test_default_embeds_the_leaf_alone(tmp_path, embeddings) -> None:
+    embeddings.requests.clear()
+    async with serving(str(tmp_path / "kb.db"), embeddings, chunking=None) as svc:
+        await svc.ingest(("fins.md", DOC * 20))
+        passages = [t for r in embeddings.requests for t in r["input"]]
+        assert passages and not any(p.startswith(TITLE) for p in passages)
+        hits = await svc.app.chunks.bm25_search(3, "zebrafish", 50)
+        assert len(hits) < len(passages)  # only leaves holding the title itself match
+
+
+async def test_setting_turns_it_on_through_the_composition_root(tmp_path, embeddings) -> None:
+    embeddings.requests.clear()
+    async with serving(
+        str(tmp_path / "kb.db"), embeddings, chunking=None, leaf_context_header=True
+    ) as svc:
+        await svc.ingest(("fins.md", DOC * 20))
+        passages = [t for r in embeddings.requests for t in r["input"]]
+        assert any(p.startswith(TITLE) for p in passages)  # unheaded leaves open with "#"
