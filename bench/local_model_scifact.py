@@ -27,6 +27,7 @@ import json
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,44 +98,69 @@ def unseen_claims(data: Any, stored: set[str], count: int) -> list[str]:
     return [q for q in data.qrels if not data.qrels[q] & stored and q in data.claims][:count]
 
 
+@dataclass
+class Tally:
+    """Counts for one group of claims."""
+
+    claims: int = 0
+    relevant: int = 0
+    answers: int = 0
+    answers_supported: int = 0  # a judged abstract in the graded window
+    answered_relevant: int = 0
+    answerable: Counter[tuple[bool, bool]] = field(default_factory=Counter)
+
+    def row(self, label: str) -> list[object]:
+        p, r = precision_recall(self.answerable)
+        return [
+            label,
+            self.claims,
+            self.relevant,
+            self.answers,
+            _ratio(self.answered_relevant, self.relevant),
+            _ratio(self.answers_supported, self.answers),
+            round(p, 3),
+            round(r, 3),
+        ]
+
+
+def _ratio(part: int, whole: int) -> float | str:
+    return round(part / whole, 3) if whole else "–"
+
+
 async def run(args: argparse.Namespace) -> None:
     quiet()
     retrieved, top_k = await retrieve_all(args)
     model = LocalModel()
-    answerable: Counter[tuple[bool, bool]] = Counter()
+    groups = {"in store": Tally(), "unseen": Tally()}
     verdicts: Counter[tuple[str, bool]] = Counter()
-    answers = supported = relevant_n = answered_relevant = 0
     for item in retrieved.values():
         docs, judged = item["docs"], set(item["qrels"])
         relevant = any(d["filename"].removesuffix(".txt") in judged for d in docs)
         verdict = await model.grade_evidence(item["claim"], docs)
-        relevant_n += relevant
-        answerable[(verdict.answerability != "none", relevant)] += 1
         verdicts[(verdict.route, relevant)] += 1
+        tally = groups["in store" if item["in_store"] else "unseen"]
+        tally.claims += 1
+        tally.relevant += relevant
+        tally.answerable[(verdict.answerability != "none", relevant)] += 1
         if verdict.route == "answer":
-            answers += 1
+            tally.answers += 1
             window = docs[:WINDOW]
-            supported += any(d["filename"].removesuffix(".txt") in judged for d in window)
-            answered_relevant += relevant
-    n = len(retrieved)
+            tally.answers_supported += any(
+                d["filename"].removesuffix(".txt") in judged for d in window
+            )
+            tally.answered_relevant += relevant
     print(
-        f"SciFact: {n} train claims ({sum(i['in_store'] for i in retrieved.values())} with "
-        f"their judged abstracts in the store), top_k {top_k} chunks per claim; a judged "
-        f"abstract retrieved for {relevant_n} claims, none for {n - relevant_n}"
+        f"SciFact train claims, {len(retrieved)} graded, top_k {top_k} chunks per claim. "
+        "'in store': claims whose judged abstracts are all in the store (the issue's "
+        "population); 'unseen': claims with none stored (every answer is a false one)."
     )
-    p, r = precision_recall(answerable)
-    rows = [
-        ["answerable (not no_knowledge)", round(p, 3), round(r, 3)],
-        [
-            "route = answer",
-            round(supported / answers, 3) if answers else 0.0,
-            round(answered_relevant / relevant_n, 3) if relevant_n else 0.0,
-        ],
-    ]
-    print(table(rows, ["graded as", "precision", "recall"]))
+    headers = ["claims", "n", "judged retrieved", "answered", "answer recall", "answer precision"]
+    headers += ["answerable precision", "answerable recall"]
+    print(table([tally.row(label) for label, tally in groups.items() if tally.claims], headers))
     print(
-        "route = answer: precision = a judged abstract among the graded window (top "
-        f"{WINDOW}) of the answered claims; recall = answered / judged abstract retrieved"
+        "answer recall = route answer among claims whose judged abstract is retrieved; "
+        f"answer precision = a judged abstract in the graded window (top {WINDOW}) of the "
+        "answered claims; answerable = not no_knowledge, relevant = a judged abstract retrieved"
     )
     routes = sorted({route for route, _ in verdicts})
     print(
