@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator_service.metrics import InstrumentedModelClient
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.orchestrator import Orchestrator
@@ -30,7 +31,7 @@ class App:
 
 def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = None) -> App:
     """Must be called inside the event loop that will serve (grpc.aio channels bind to it)."""
-    model = model or build_model_client(settings)
+    model = InstrumentedModelClient(model or build_model_client(settings))
     retrieval = RetrievalClient.connect(
         settings.retrieval_addr,
         default_timeout=settings.retrieval_timeout_seconds,

@@ -9,6 +9,7 @@ from typing import TypeAlias
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from orchestrator_service.metrics import timed_node
 from orchestrator_service.nodes.classify import (
     classify_complexity,
     fan_out,
@@ -36,14 +37,14 @@ def build_rag_graph() -> RagGraph:
     """classify → simple: retrieve → grade → (rewrite → re-retrieve → grade) → end;
     complex: plan → Send fan-out to sub-agents (retrieve + grade each) → synthesis → end."""
     g = StateGraph(RagState, context_schema=RunContext)
-    g.add_node("classify_complexity", classify_complexity)
-    g.add_node("retrieve_initial", retrieve_initial)
-    g.add_node("grade_documents", grade_documents)
-    g.add_node("rewrite_question", rewrite_question)
-    g.add_node("retrieve_rewritten", retrieve_rewritten)
-    g.add_node("prepare_sub_questions", prepare_sub_questions)
-    g.add_node("rag_sub_agent", rag_sub_agent)
-    g.add_node("synthesis", synthesis)
+    g.add_node("classify_complexity", timed_node("classify_complexity", classify_complexity))
+    g.add_node("retrieve_initial", timed_node("retrieve_initial", retrieve_initial))
+    g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
+    g.add_node("rewrite_question", timed_node("rewrite_question", rewrite_question))
+    g.add_node("retrieve_rewritten", timed_node("retrieve_rewritten", retrieve_rewritten))
+    g.add_node("prepare_sub_questions", timed_node("prepare_sub_questions", prepare_sub_questions))
+    g.add_node("rag_sub_agent", timed_node("rag_sub_agent", rag_sub_agent))
+    g.add_node("synthesis", timed_node("synthesis", synthesis))
 
     g.add_edge(START, "classify_complexity")
     g.add_conditional_edges(
@@ -65,8 +66,8 @@ def build_resume_graph() -> RagGraph:
     """H1–H2: targeted retrieval with q*, one grading, end. No classification, fan-out,
     synthesis or rewrite: a rewrite verdict is returned as `needs_rewrite`."""
     g = StateGraph(RagState, context_schema=RunContext)
-    g.add_node("retrieve_resume_query", retrieve_resume_query)
-    g.add_node("grade_documents", grade_documents)
+    g.add_node("retrieve_resume_query", timed_node("retrieve_resume_query", retrieve_resume_query))
+    g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
     g.add_edge(START, "retrieve_resume_query")
     g.add_edge("retrieve_resume_query", "grade_documents")
     g.add_edge("grade_documents", END)

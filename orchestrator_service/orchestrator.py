@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestrator_service import steps
+from orchestrator_service import metrics, steps
 from orchestrator_service.answer import (
     Answer,
     MarkerFilter,
@@ -121,6 +121,7 @@ class Orchestrator:
         self._check_text("user_answer", user_answer)
         state = state_from_resume(snapshot, user_answer)
         self._check_text("question", state["question"])
+        metrics.record_resume()
         ctx = self._context(steps_sink, timeout)
         ctx.emit(state, steps.RESUME, user_answer)
         final = await self._resume_graph.ainvoke(state, context=ctx)
@@ -192,6 +193,7 @@ def _missing_slots(state: Mapping[str, Any]) -> list[str]:
 def _outcome(state: Mapping[str, Any]) -> RunOutcome:
     # str(): the state holds vocabulary StrEnums; the outcome carries their plain values.
     route, status = str(state.get("route") or ""), str(state.get("retrieval_status") or "")
+    metrics.record_run(route, status)
     return RunOutcome(
         question=state["question"],
         route=route,

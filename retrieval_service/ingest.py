@@ -1,6 +1,8 @@
-"""Ingestion (API.md IngestDocuments/DeleteDocuments/ListDocuments): validate → load →
-sanitise → three-level split → embed (leaves by the model, parents the normalised mean of
-their leaves) → write, plus start-up reconciliation.
+"""Ingestion (API.md IngestDocuments/StreamIngestDocuments/DeleteDocuments/ListDocuments):
+validate → load → sanitise → three-level split for every document, then a pipeline: the
+leaves of all documents embed window by window (parents are the normalised mean of their
+leaves) while the documents already embedded are written, one at a time, through a bounded
+hand-over; plus start-up reconciliation.
 
 The write path is crash-safe (README "Crash safety"): every ingest writes a new *version* of
 the document beside the current one — a PENDING registry record naming all its rows, the rows
@@ -12,23 +14,26 @@ intact or the new one complete; `reconcile` removes what a crash left behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import unicodedata
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from retrieval_service.chunk_store import ChunkStore
 from retrieval_service.chunking import ChunkingConfig, ChunkRecord, chunk_document
-from retrieval_service.embedding import Embedder, normalise
+from retrieval_service.embedding import Embedder, embed_windows, normalise
 from retrieval_service.loaders import (
     FILE_TYPES_BY_EXTENSION,
     extension_of,
     load_pages,
     resolve_file_type,
 )
+from retrieval_service.metrics import record_ingested
 from retrieval_service.milvus_schema import COMMITTED, LEVELS, PENDING, TOMBSTONE, version_pk
 from retrieval_service.pipeline import EMBEDDER_FAILURES
 from retrieval_service.registry import (
@@ -41,7 +46,7 @@ from retrieval_service.registry import (
     version_age_seconds,
 )
 from retrieval_service.store import STORE_FAILURES, MilvusStore
-from shared.errors import DependencyUnavailable, InvalidArgument
+from shared.errors import DeadlineExceeded, DependencyUnavailable, InvalidArgument
 from shared.lexical import bm25_text
 
 log = logging.getLogger(__name__)
@@ -93,6 +98,36 @@ class IngestedDocument:
     replaced: bool
 
 
+@dataclass(frozen=True, slots=True)
+class IngestProgress:
+    """How far one document's leaves have embedded (API.md StreamIngestDocuments)."""
+
+    filename: str
+    leaves_done: int
+    leaves_total: int
+    elapsed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """The last event of a streamed ingest: what `ingest` returns."""
+
+    documents: list[IngestedDocument]
+
+
+IngestEvent = IngestProgress | IngestResult
+ProgressSink = Callable[[IngestProgress], None]
+
+# Embedding windows: at least one full round of a remote endpoint's concurrent batches, so it
+# never idles between windows (32 = the default 8 texts × 4 requests in flight).
+MIN_WINDOW = 32
+# Embedded documents waiting for the writer, counted in leaves: enough that a burst of small
+# documents keeps the embedder busy, small next to a large document's own vectors.
+PENDING_WINDOWS = 16
+# StreamIngestDocuments reports at least this often while a call runs.
+HEARTBEAT_SECONDS = 1.0
+
+
 @dataclass(slots=True)
 class _Prepared:
     filename: str
@@ -100,6 +135,74 @@ class _Prepared:
     pages: int
     chunks: list[ChunkRecord]
     vectors: dict[str, np.ndarray]
+
+    @property
+    def leaves(self) -> list[ChunkRecord]:
+        return [c for c in self.chunks if c.chunk_level == 3]
+
+
+class _ProgressCounter:
+    """Turns the embedder's running count over all leaves of a request into per-document
+    progress, in request order: each document's events start at 0, follow its leaves as they
+    embed and end at its total."""
+
+    def __init__(self, prepared: Sequence[_Prepared], sink: ProgressSink, started: float) -> None:
+        self._docs: list[tuple[str, int, int]] = []
+        offset = 0
+        for p in prepared:
+            n = len(p.leaves)
+            self._docs.append((p.filename, offset, n))
+            offset += n
+        self._sink = sink
+        self._started = started
+        self._reported = [-1] * len(self._docs)
+        self._first = 0  # the first document not yet reported complete
+
+    def advance(self, done: int, _total: int = 0) -> None:
+        for i in range(self._first, len(self._docs)):
+            name, start, n = self._docs[i]
+            if start > done:
+                break
+            value = min(done - start, n)
+            # Every document's events start at 0, also when one batch ends the previous
+            # document and goes on into this one.
+            for report in (0, value) if self._reported[i] < 0 < value else (value,):
+                if report != self._reported[i]:
+                    self._reported[i] = report
+                    elapsed = int((time.monotonic() - self._started) * 1000)
+                    self._sink(IngestProgress(name, report, n, elapsed))
+            if value == n:
+                self._first = i + 1
+
+
+class _Handover:
+    """The bounded queue between the embedder and the writer, bounded in leaves (a document
+    larger than the bound passes alone), so that embedding runs ahead of writing without
+    holding every document's vectors at once."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._held = 0
+        self._queue: asyncio.Queue[_Prepared | None] = asyncio.Queue()
+        self._room = asyncio.Condition()
+
+    async def put(self, p: _Prepared) -> None:
+        size = len(p.leaves)
+        async with self._room:
+            await self._room.wait_for(lambda: self._held == 0 or self._held + size <= self._limit)
+            self._held += size
+        self._queue.put_nowait(p)
+
+    def close(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def get(self) -> _Prepared | None:
+        return await self._queue.get()
+
+    async def done(self, p: _Prepared) -> None:
+        async with self._room:
+            self._held -= len(p.leaves)
+            self._room.notify_all()
 
 
 def validate_filename(filename: str, field: str) -> None:
@@ -132,7 +235,7 @@ class Ingestor:
         chunking: ChunkingConfig,
         *,
         max_document_bytes: int,
-        batch_size: int = 32,
+        window: int | None = None,
         checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
         self._milvus = milvus
@@ -141,7 +244,7 @@ class Ingestor:
         self._embedder = embedder
         self._chunking = chunking
         self._max_bytes = max_document_bytes
-        self._batch_size = batch_size
+        self._window = window or embedding_window(embedder)
         self._checkpoint = checkpoint
         # One writer per process at a time; across processes, versions order the writers.
         self._lock = asyncio.Lock()
@@ -165,24 +268,78 @@ class Ingestor:
             raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
         return _Prepared(doc.filename, file_type, len(pages), chunks, {})
 
-    async def _embed(self, prepared: list[_Prepared]) -> None:
-        """Fill every leaf's vector; raises before anything is written. Only leaves go
-        through the model: embedding is the ingest bottleneck, and a parent's mean vector
-        keeps level-2 recall sound (README "Ingestion")."""
-        todo = [c for p in prepared for c in p.chunks if c.chunk_level == 3]
-        owner = {c.chunk_id + "\x00" + c.filename: p for p in prepared for c in p.chunks}
-        for start in range(0, len(todo), self._batch_size):
-            batch = todo[start : start + self._batch_size]
-            vectors = await self._embedder.embed_passages([c.text for c in batch])
-            vectors = np.asarray(vectors, dtype=np.float32)
-            if vectors.shape != (len(batch), self._embedder.dim):
-                raise ValueError(f"embedder returned shape {vectors.shape} for {len(batch)} texts")
-            for chunk, vector in zip(batch, vectors, strict=True):
-                owner[chunk.chunk_id + "\x00" + chunk.filename].vectors[chunk.chunk_id] = vector
+    async def _embed(
+        self,
+        prepared: list[_Prepared],
+        handover: _Handover,
+        deadline: float | None,
+        progress: _ProgressCounter | None,
+    ) -> None:
+        """Embeds the leaves of all documents in windows that span documents (a request of many
+        small documents still fills every window) and hands each document over as soon as its
+        last leaf is embedded. Only leaves go through the model: embedding is the ingest
+        bottleneck, and a parent's mean vector keeps level-2 recall sound (README
+        "Ingestion")."""
+        leaves = [(p, c) for p in prepared for c in p.leaves]
+        ends: list[int] = []
+        for p in prepared:
+            ends.append((ends[-1] if ends else 0) + len(p.leaves))
+        if progress is not None:
+            progress.advance(0)
+        next_doc = 0
+        windows = embed_windows(
+            self._embedder,
+            [c.text for _, c in leaves],
+            self._window,
+            on_batch=progress.advance if progress is not None else None,
+            deadline=deadline,
+        )
+        async with contextlib.aclosing(windows):
+            while True:
+                try:
+                    offset, vectors = await anext(windows)
+                except StopAsyncIteration:
+                    break
+                except (DependencyUnavailable, DeadlineExceeded):
+                    raise
+                except EMBEDDER_FAILURES as exc:
+                    log.error("embedding the passages failed", exc_info=exc)
+                    raise DependencyUnavailable("embedder", "the embedding model failed") from exc
+                owners = leaves[offset : offset + self._window]
+                vectors = np.asarray(vectors, dtype=np.float32)
+                if vectors.shape != (len(owners), self._embedder.dim):
+                    log.error("embedder returned shape %s for %d texts", vectors.shape, len(owners))
+                    raise DependencyUnavailable("embedder", "the embedding model failed")
+                for (p, chunk), vector in zip(owners, vectors, strict=True):
+                    p.vectors[chunk.chunk_id] = vector
+                while next_doc < len(prepared) and ends[next_doc] <= offset + len(owners):
+                    _mean_parent_vectors(prepared[next_doc])
+                    await handover.put(prepared[next_doc])
+                    next_doc += 1
 
-    async def ingest(self, documents: Sequence[SourceDocument]) -> list[IngestedDocument]:
+    async def _write_handed_over(
+        self, handover: _Handover, reports: list[IngestedDocument]
+    ) -> None:
+        while (p := await handover.get()) is not None:
+            async with self._lock:
+                reports.append(await self._write(p))
+            p.vectors.clear()
+            await handover.done(p)
+
+    async def ingest(
+        self,
+        documents: Sequence[SourceDocument],
+        *,
+        deadline: float | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> list[IngestedDocument]:
         """All documents are validated and parsed before anything is embedded or written, so
-        bad input changes nothing; each document is then written all or nothing."""
+        bad input changes nothing. Then embedding and writing overlap: document k is written
+        while the leaves after it embed, each document all or nothing. When embedding fails,
+        the documents embedded before the failure are still written, then the error is
+        raised; when a write fails, embedding stops. `deadline` is a `time.monotonic()`
+        instant for the embedder; `on_progress` hears each document's embedding progress."""
+        started = time.monotonic()
         if not documents:
             raise InvalidArgument("documents", "must hold at least one document")
         seen: set[str] = set()
@@ -193,21 +350,74 @@ class Ingestor:
         prepared = await asyncio.to_thread(
             lambda: [self._parse(i, d) for i, d in enumerate(documents)]
         )
+        progress = _ProgressCounter(prepared, on_progress, started) if on_progress else None
+        handover = _Handover(PENDING_WINDOWS * self._window)
+        reports: list[IngestedDocument] = []
+        writer = asyncio.ensure_future(self._write_handed_over(handover, reports))
+        embedder = asyncio.ensure_future(self._embed(prepared, handover, deadline, progress))
         try:
-            await self._embed(prepared)
-        except DependencyUnavailable:
-            raise
-        except EMBEDDER_FAILURES as exc:
-            log.error("embedding the passages failed", exc_info=exc)
-            raise DependencyUnavailable("embedder", "the embedding model failed") from exc
-        for p in prepared:
-            _mean_parent_vectors(p)
-        reports = []
-        async with self._lock:
-            for p in prepared:
-                reports.append(await self._write(p))
-            await self._seal()
-        return reports
+            await asyncio.wait({writer, embedder}, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done():  # before the embedder: only by a failed write
+                await writer
+            # Documents embedded before an embedding failure are still written, then the
+            # failure is raised.
+            handover.close()
+            await writer
+            await embedder
+            return reports
+        finally:
+            for task in (embedder, writer):
+                task.cancel()
+            await asyncio.gather(embedder, writer, return_exceptions=True)
+            if reports:
+                async with self._lock:
+                    await self._seal()
+
+    async def ingest_events(
+        self,
+        documents: Sequence[SourceDocument],
+        *,
+        deadline: float | None = None,
+        heartbeat: float = HEARTBEAT_SECONDS,
+    ) -> AsyncIterator[IngestEvent]:
+        """`ingest` as events: every progress change (only the latest per document when they
+        come faster than they are consumed), the latest progress again with a fresh
+        `elapsed_ms` whenever `heartbeat` seconds pass without one, then one IngestResult. An
+        error of the ingest is raised after the events before it."""
+        started = time.monotonic()
+        pending: dict[str, IngestProgress] = {}
+        latest: IngestProgress | None = None
+        changed = asyncio.Event()
+
+        def hear(event: IngestProgress) -> None:
+            pending[event.filename] = event
+            changed.set()
+
+        task = asyncio.ensure_future(self.ingest(documents, deadline=deadline, on_progress=hear))
+        try:
+            while not task.done():
+                waiter = asyncio.ensure_future(changed.wait())
+                await asyncio.wait(
+                    {task, waiter}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                changed.clear()
+                if pending:
+                    events, latest = list(pending.values()), list(pending.values())[-1]
+                    pending.clear()
+                    for event in events:
+                        yield event
+                elif latest is not None and not task.done():
+                    elapsed = int((time.monotonic() - started) * 1000)
+                    yield replace(latest, elapsed_ms=max(elapsed, latest.elapsed_ms))
+            for event in pending.values():
+                yield event
+            yield IngestResult(await task)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _seal(self) -> None:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
@@ -241,6 +451,7 @@ class Ingestor:
             log.error("writing %s failed; its previous version stays current", p.filename)
             await self._discard_quietly(entry)
             raise
+        record_ingested(len(rows[1]), len(rows[2]), len(rows[3]))
         await self._checkpoint("after_commit")
         await self._settle(entry)
         await self._checkpoint("after_cleanup")
@@ -377,6 +588,14 @@ class Ingestor:
             await self._seal()
             log.info("reconciliation removed %d stale document versions", len(entries))
             return len(entries)
+
+
+def embedding_window(embedder: Embedder) -> int:
+    """Texts per embedding window: one full round of the embedder's concurrent batches, and
+    at least MIN_WINDOW."""
+    batch = int(getattr(embedder, "batch_size", 1))
+    concurrency = int(getattr(embedder, "concurrency", 1))
+    return max(MIN_WINDOW, batch * concurrency)
 
 
 def _mean_parent_vectors(p: _Prepared) -> None:

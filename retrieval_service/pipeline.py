@@ -16,6 +16,7 @@ import numpy as np
 from retrieval_service.embedding import Embedder
 from retrieval_service.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
 from retrieval_service.meta import CandidateKSource, RetrievalMeta, RetrievalMode
+from retrieval_service.metrics import STAGE, record_retrieve, record_threshold_dropped
 from retrieval_service.rerank import Reranker, RerankOutcome
 from retrieval_service.store import STORE_FAILURES
 from shared.errors import DependencyUnavailable, InvalidArgument
@@ -136,12 +137,26 @@ class RetrievalPipeline:
             raise InvalidArgument("top_k", f"must be within 1..100, got {top_k}")
         return top_k
 
-    async def retrieve(self, query: str, top_k: int | None = None) -> RetrievalResult:
+    async def retrieve(
+        self, query: str, top_k: int | None = None, *, deadline: float | None = None
+    ) -> RetrievalResult:
+        """`deadline` (a `time.monotonic()` instant) bounds the query embedding; past it,
+        DeadlineExceeded is raised rather than a `failed` answer nobody waits for."""
+        result = await self._retrieve(query, top_k, deadline)
+        record_retrieve(result.meta.retrieval_mode)
+        return result
+
+    async def _retrieve(
+        self, query: str, top_k: int | None, deadline: float | None
+    ) -> RetrievalResult:
         top_k = self._validate(query, top_k)
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
-            vector = np.asarray(await self._embedder.embed_query(query), dtype=np.float32)
+            with STAGE["embed"].time():
+                vector = np.asarray(
+                    await self._embedder.embed_query(query, deadline=deadline), dtype=np.float32
+                )
         except EMBEDDER_FAILURES:
             log.exception("query embedding failed")
             return self._failure("embedding_failed", top_k, pool)
@@ -154,15 +169,17 @@ class RetrievalPipeline:
                 modes.append(mode)
                 return hits
 
-            hits = await self._current_only(hybrid, pool.candidate_k)
+            with STAGE["recall"].time():
+                hits = await self._current_only(hybrid, pool.candidate_k)
             return await self._finalize(query, hits, top_k, modes[0], pool)
         except STORE_FAILURES:
             log.warning("hybrid recall failed, trying dense only")
 
         try:
-            hits = await self._current_only(
-                lambda k: self._store.dense_search(cfg.leaf_level, vector, k), pool.candidate_k
-            )
+            with STAGE["recall"].time():
+                hits = await self._current_only(
+                    lambda k: self._store.dense_search(cfg.leaf_level, vector, k), pool.candidate_k
+                )
             return await self._finalize(query, hits, top_k, "dense_fallback", pool)
         except STORE_FAILURES:
             log.warning("dense fallback failed: retrieval_mode = failed")
@@ -217,10 +234,13 @@ class RetrievalPipeline:
     async def _finalize(
         self, query: str, hits: list[Doc], top_k: int, mode: RetrievalMode, pool: CandidatePool
     ) -> RetrievalResult:
-        merged = await self._merge(hits)
+        with STAGE["merge"].time():
+            merged = await self._merge(hits)
         ranked = [{**doc, "rrf_rank": i} for i, doc in enumerate(merged.docs, start=1)]
-        outcome = await self._reranker.rerank(query, ranked, top_k)
+        with STAGE["rerank"].time():
+            outcome = await self._reranker.rerank(query, ranked, top_k)
         final = [d for d in outcome.docs if passes_threshold(d, self.config.min_score)]
+        record_threshold_dropped(len(outcome.docs) - len(final))
         meta = self._meta(mode, pool, top_k, len(hits), merged, outcome, len(ranked), len(final))
         return RetrievalResult(final, meta)
 

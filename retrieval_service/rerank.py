@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import httpx
 
 from retrieval_service.merge import Doc
+from retrieval_service.metrics import record_rerank
 from shared.redact import Redactor
 from shared.scores import effective_score
 
@@ -76,6 +77,7 @@ class Reranker:
         status, transport/timeout, bad JSON or items, no valid results. Anything else is a bug
         and escapes."""
         if not self.enabled or not docs:
+            record_rerank("off")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
         try:
             response = await self._client.post(
@@ -94,6 +96,7 @@ class Reranker:
                 timeout=self.timeout_seconds,
             )
             if response.status_code >= 400:
+                record_rerank("http_error")
                 error = self._redact(f"HTTP {response.status_code}: {response.text}")
                 return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
             kept: list[Doc] = []
@@ -109,11 +112,14 @@ class Reranker:
                 kept.append(doc)
         except (httpx.HTTPError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
             error = self._redact(str(exc) or type(exc).__name__)
+            record_rerank("timeout" if isinstance(exc, httpx.TimeoutException) else "http_error")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], True, error)
         if not kept:
+            record_rerank("empty")
             return RerankOutcome(
                 sort_by_effective_score(docs)[:top_k], True, "empty_rerank_results"
             )
+        record_rerank("applied")
         return RerankOutcome(kept[:top_k], True, None)
 
     async def aclose(self) -> None:

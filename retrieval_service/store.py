@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import grpc
 
 from retrieval_service import milvus_schema as schema
+from retrieval_service.metrics import record_milvus_error
 from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,15 @@ SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
 _CONNECT_FAILED = 2
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _UNAVAILABLE_MESSAGE = "the vector store cannot be reached"
+# pymilvus pings every 10 s, even with no call in flight: Milvus servers allow that, but Milvus
+# Lite's in-process gRPC server keeps grpc's defaults (no pings without calls, at most one per
+# 5 min), answers the third early ping with GOAWAY `too_many_pings` and grpc logs it at ERROR.
+# The Lite channel is loopback inside this process, so there is no dead peer to detect: no
+# keepalive pings on it at all (INT_MAX is grpc's "disabled").
+LITE_CHANNEL_OPTIONS = {
+    "grpc.keepalive_time_ms": 2**31 - 1,
+    "grpc.keepalive_permit_without_calls": False,
+}
 
 
 class StoreError(InternalFailure):
@@ -96,6 +106,7 @@ def _not_loaded(exc: Exception) -> bool:
 def translate(exc: Exception) -> DependencyUnavailable | StoreError:
     """The domain error of a pymilvus failure, logged here once: an unreachable server is
     UNAVAILABLE (the caller may retry), anything else an internal store failure."""
+    record_milvus_error(exc)
     if _unreachable(exc):
         log.warning("Milvus is unreachable: %s", exc)
         return DependencyUnavailable("milvus", _UNAVAILABLE_MESSAGE)
@@ -115,6 +126,8 @@ class MilvusStore:
         kwargs: dict[str, Any] = {"uri": config.uri, "timeout": config.timeout_seconds}
         if config.token:
             kwargs["token"] = config.token
+        if config.embedded:
+            kwargs["grpc_options"] = LITE_CHANNEL_OPTIONS
         try:
             self._client = MilvusClient(**kwargs)
         except (MilvusException, grpc.RpcError) as exc:

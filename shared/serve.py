@@ -28,6 +28,8 @@ from shared.errors import (
     ModelOutputInvalid,
     ResourceExhausted,
 )
+from shared.metrics import registry_for
+from shared.observability import ServerObservability
 from shared.settings import ServerSettings
 from shared.tls import server_credentials
 
@@ -273,6 +275,7 @@ class GrpcServer:
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
+        self.observability = ServerObservability(settings, registry_for(*self._service_names))
         self.limiter = ConcurrencyLimitInterceptor(settings.max_concurrent_rpcs)
         self.port = 0
         self.health_port: int | None = None
@@ -283,7 +286,7 @@ class GrpcServer:
 
     def _build(self) -> grpc.aio.Server:
         # grpc.aio binds a server to the running event loop, so it is built in start().
-        interceptors: list[grpc.aio.ServerInterceptor] = []
+        interceptors: list[grpc.aio.ServerInterceptor] = self.observability.interceptors()
         if self._settings.auth_token:
             interceptors.append(BearerTokenInterceptor(self._settings.auth_token))
         interceptors.append(self.limiter)
@@ -325,6 +328,7 @@ class GrpcServer:
         if s.health_port is not None:
             await self._start_health_server(s.health_port)
         await server.start()
+        self.observability.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s on %s", ", ".join(self._service_names), self.address)
         return self.port
@@ -337,6 +341,7 @@ class GrpcServer:
         log.info("draining %s (grace %.1fs)", self.address, grace)
         if self._server is not None:
             await self._server.stop(grace)
+        self.observability.stop()
         if self._health_server is not None:
             await self._health_server.stop(None)
 

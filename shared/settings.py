@@ -27,6 +27,12 @@ class ServerSettings(BaseSettings):
     )
     log_format: Literal["text", "json"] = Field("text", description="`json` for JSON lines.")
     log_level: str = Field("INFO", description="Python logging level name.")
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="HTTP port of Prometheus `/metrics` (0 = any free one); unset = off.",
+    )
     max_question_chars: int = Field(
         4000, gt=0, description="Longer questions, queries and user answers are INVALID_ARGUMENT."
     )
@@ -50,9 +56,6 @@ class ServerSettings(BaseSettings):
         le=65535,
         description="A second, plaintext port serving only grpc.health.v1 (kubelet gRPC probes "
         "cannot speak TLS); unset = none.",
-    )
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="HTTP port of the Prometheus `/metrics`; unset = off."
     )
 
     @field_validator("log_level")

@@ -9,6 +9,7 @@ from langgraph.types import Send
 
 from orchestrator_service import steps
 from orchestrator_service.fast_path import fast_path_reason
+from orchestrator_service.metrics import record_fan_out
 from orchestrator_service.models.base import TASK_COMPLEXITY
 from orchestrator_service.runtime import RunContext
 from orchestrator_service.state import RagState, initial_state
@@ -61,6 +62,7 @@ async def route_after_classify(
 async def prepare_sub_questions(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Tidy the parent plan and announce each sub-question; T stays None."""
     sub_questions = clean_sub_questions(state.get("sub_questions"))
+    record_fan_out(len(sub_questions))
     for i, sq in enumerate(sub_questions, start=1):
         runtime.context.emit(state, ("📌", f"子问题 {i}"), f"{sq[:80]} 已加入并行检索")
     return {"sub_questions": sub_questions}

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
+from orchestrator_service.metrics import record_rewrite
 from orchestrator_service.models.base import TASK_REWRITE, RewritePlan
 from orchestrator_service.nodes import END_NODE
 from orchestrator_service.routing import REWRITE_BUDGET
@@ -67,6 +68,7 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
     question = state["question"]
     plan = await ctx.model.rewrite_query(question, state.get("docs") or [], timeout=ctx.time_left())
     helper = helper_text(plan)
+    record_rewrite(plan.method)
     rewritten = rewritten_query_for(question, plan.method, helper)
     step_back = plan.method == RewriteMethod.STEP_BACK
     helper_key = "step_back_question" if step_back else "hyde_document"

@@ -226,6 +226,7 @@ class Service:
     app: RetrievalApp
     stub: retrieval_pb2_grpc.RetrievalServiceStub
     port: int
+    metrics_port: int | None = None
 
     async def retrieve(self, query: str, top_k: int | None = None) -> tuple[list[dict], dict]:
         request = retrieval_pb2.RetrieveRequest(query=query)
@@ -273,7 +274,8 @@ async def running_service(
     port = await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield Service(app, retrieval_pb2_grpc.RetrievalServiceStub(channel), port)
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        yield Service(app, stub, port, server.observability.metrics_port)
     finally:
         await channel.close()
         await server.stop(0)

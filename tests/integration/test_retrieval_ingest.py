@@ -115,7 +115,7 @@ async def test_failing_ingest_keeps_the_previous_version(tmp_path) -> None:
     db = copy_corpus(tmp_path)
     failing = FailingEmbedder(model(), fail_on_batch=2)
     async with running_service(db, embedder=failing) as svc:
-        svc.app.ingestor._batch_size = 2  # several batches for this document
+        svc.app.ingestor._window = 2  # several embedding windows for this document
         before = await svc.counts()
         new_text = ("Replacement text about trains and railways. " * 12).encode()
         with pytest.raises(grpc.aio.AioRpcError) as err:

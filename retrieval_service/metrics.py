@@ -1,0 +1,117 @@
+"""The retrieval service's Prometheus families (docs/api.md#metrics), each recorded where its
+value is decided: mode, stage durations and threshold drops in pipeline.py, rerank outcomes in
+rerank.py, ingest counts in ingest.py, embedding batches in embedding.py, Milvus failures in
+store.translate. Label values are fixed sets, never a query, file name or error text."""
+
+from __future__ import annotations
+
+import types
+
+from prometheus_client import Counter, Histogram
+
+from retrieval_service.settings import SERVICE_NAME
+from shared.metrics import LATENCY_BUCKETS, OTHER, bounded, registry_for
+
+REGISTRY = registry_for(SERVICE_NAME)
+
+#: retrieval_mode values (SPEC.md §5 G).
+RETRIEVAL_MODES = ("hybrid", "dense_fallback", "failed")
+STAGES = ("embed", "recall", "merge", "rerank")
+#: `outcome` of the rerank step: the endpoint's reply was used, or why it was not.
+RERANK_OUTCOMES = ("applied", "http_error", "timeout", "empty", "off")
+LEVELS = ("1", "2", "3")
+
+RETRIEVE = Counter(
+    "supermew_retrieve_total",
+    "Retrievals answered, by retrieval_mode.",
+    ("retrieval_mode",),
+    registry=REGISTRY,
+)
+STAGE_DURATION = Histogram(
+    "supermew_retrieval_stage_duration_seconds",
+    "Duration of one stage of a retrieval (embed, recall, merge, rerank), in seconds.",
+    ("stage",),
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+RERANK = Counter(
+    "supermew_rerank_total",
+    "Rerank steps, by outcome (off = no rerank call: not configured or no candidates).",
+    ("outcome",),
+    registry=REGISTRY,
+)
+THRESHOLD_DROPPED = Counter(
+    "supermew_threshold_dropped_total",
+    "Chunks dropped by RERANK_MIN_SCORE after ranking.",
+    registry=REGISTRY,
+)
+INGESTED_DOCUMENTS = Counter(
+    "supermew_ingested_documents_total",
+    "Documents written (new or replaced).",
+    registry=REGISTRY,
+)
+INGESTED_CHUNKS = Counter(
+    "supermew_ingested_chunks_total",
+    "Chunks written, by chunk level (1 = largest, 3 = leaf).",
+    ("level",),
+    registry=REGISTRY,
+)
+EMBEDDING_DURATION = Histogram(
+    "supermew_embedding_duration_seconds",
+    "Duration of one passage-embedding batch, in seconds.",
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+MILVUS_ERRORS = Counter(
+    "supermew_milvus_errors_total",
+    "Failed Milvus calls, by MilvusClient operation (connect for the client's start).",
+    ("operation",),
+    registry=REGISTRY,
+)
+
+#: One timer per stage, bound once: `with STAGE["recall"].time(): …`.
+STAGE = {stage: STAGE_DURATION.labels(stage) for stage in STAGES}
+
+
+def record_retrieve(mode: str) -> None:
+    RETRIEVE.labels(bounded(mode, RETRIEVAL_MODES)).inc()
+
+
+def record_rerank(outcome: str) -> None:
+    RERANK.labels(bounded(outcome, RERANK_OUTCOMES)).inc()
+
+
+def record_threshold_dropped(count: int) -> None:
+    if count > 0:
+        THRESHOLD_DROPPED.inc(count)
+
+
+def record_ingested(l1_chunks: int, l2_chunks: int, l3_chunks: int) -> None:
+    """One document written with its chunk counts per level."""
+    INGESTED_DOCUMENTS.inc()
+    for level, count in (("1", l1_chunks), ("2", l2_chunks), ("3", l3_chunks)):
+        INGESTED_CHUNKS.labels(level).inc(count)
+
+
+_CLIENT_MODULE = "pymilvus.milvus_client.milvus_client"
+
+
+def milvus_operation(exc: BaseException) -> str:
+    """The MilvusClient method a failure came out of (`search`, `upsert`, …; `connect` for the
+    constructor), read from the traceback so every call site is covered without naming its
+    operation. OTHER when the failure did not pass through a MilvusClient method."""
+    tb: types.TracebackType | None = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_globals.get("__name__") == _CLIENT_MODULE:
+            name = frame.f_code.co_name
+            if name == "__init__":
+                return "connect"
+            # Method names of one class: a fixed set; anything private folds into OTHER.
+            return name if name.isidentifier() and not name.startswith("_") else OTHER
+        tb = tb.tb_next
+    return OTHER
+
+
+def record_milvus_error(exc: BaseException) -> None:
+    MILVUS_ERRORS.labels(milvus_operation(exc)).inc()
