@@ -15,6 +15,7 @@ from orchestrator_service.server import add_servicer
 from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
 from shared.serve import GrpcServer
 from shared.tls import channel_credentials
+from shared.tracing import client_interceptors
 
 
 @dataclass
@@ -44,6 +45,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         )
         if settings.retrieval_tls_ca_file
         else None,
+        interceptors=client_interceptors(),
     )
     core = Orchestrator(model, retrieval, max_question_chars=settings.max_question_chars)
     server = GrpcServer(

@@ -28,6 +28,7 @@ from orchestrator_service.settings import SERVICE_NAME
 from shared.errors import DeadlineExceeded, DependencyUnavailable, ModelOutputInvalid
 from shared.metrics import LATENCY_BUCKETS, bounded, registry_for
 from shared.trace_fields import MAX_SUB_QUESTIONS, RetrievalStatus, RewriteMethod, Route
+from shared.tracing import StreamSpan, span
 
 REGISTRY = registry_for(SERVICE_NAME)
 
@@ -105,15 +106,18 @@ R = TypeVar("R")
 
 
 def timed_node(name: str, node: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """`node` observed into supermew_node_duration_seconds{node=name}. functools.wraps keeps
-    its signature, from which LangGraph decides to pass the runtime."""
+    """`node` observed into supermew_node_duration_seconds{node=name} and traced as a span
+    `node <name>` (docs/api.md#traces). functools.wraps keeps its signature, from which
+    LangGraph decides to pass the runtime."""
     child = NODE_DURATION.labels(name)
+    span_name = f"node {name}"
 
     @functools.wraps(node)
     async def observed(*args: P.args, **kwargs: P.kwargs) -> R:
         start = time.perf_counter()
         try:
-            return await node(*args, **kwargs)
+            with span(span_name, node=name):
+                return await node(*args, **kwargs)
         finally:
             child.observe(time.perf_counter() - start)
 
@@ -146,14 +150,17 @@ class InstrumentedModelClient:
     async def _observe(self, task: str, call: Awaitable[R]) -> R:
         start = time.perf_counter()
         error: BaseException | None = None
-        try:
-            return await call
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            MODEL_CALL_DURATION.labels(task).observe(time.perf_counter() - start)
-            MODEL_CALLS.labels(task, _outcome(error)).inc()
+        with span(f"model {task}", task=task) as traced:
+            try:
+                return await call
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                MODEL_CALL_DURATION.labels(task).observe(time.perf_counter() - start)
+                outcome = _outcome(error)
+                MODEL_CALLS.labels(task, outcome).inc()
+                traced.set_attribute("supermew.outcome", outcome)
 
     async def classify_complexity(
         self, question: str, *, timeout: float | None = None
@@ -187,17 +194,22 @@ class InstrumentedModelClient:
         """The answer stream, observed from the request until its last piece."""
         start = time.perf_counter()
         error: BaseException | None = None
+        traced = StreamSpan(f"model {TASK_ANSWER}", task=TASK_ANSWER)
+        pieces = 0
         try:
             async for piece in self.inner.stream_answer(
                 question, docs, missing_slots=missing_slots, timeout=timeout
             ):
+                pieces += 1
                 yield piece
         except BaseException as exc:
             error = exc
             raise
         finally:
             MODEL_CALL_DURATION.labels(TASK_ANSWER).observe(time.perf_counter() - start)
-            MODEL_CALLS.labels(TASK_ANSWER, _outcome(error)).inc()
+            outcome = _outcome(error)
+            MODEL_CALLS.labels(TASK_ANSWER, outcome).inc()
+            traced.end(error, outcome=outcome, pieces=pieces)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

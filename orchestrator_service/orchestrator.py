@@ -32,6 +32,7 @@ from shared.errors import DeadlineExceeded, ModelOutputInvalid
 from shared.normalize import normalize_rag_trace
 from shared.text_input import check_text
 from shared.trace_fields import RetrievalStatus, Route
+from shared.tracing import annotate, record_question
 
 #: Receives each piece of the answer as it is written (a stream's AnswerDelta events).
 AnswerSink = Callable[[str], None]
@@ -101,6 +102,7 @@ class Orchestrator:
         With `generate_answer`, an answer route also gets its answer, each piece passed to
         `answer_sink` as it is written."""
         self._check_text("question", question)
+        record_question(question)
         ctx = self._context(steps_sink, timeout)
         final = await self._graph.ainvoke(initial_state(question), context=ctx)
         return await self._finish(final, ctx, generate_answer, answer_sink)
@@ -121,6 +123,7 @@ class Orchestrator:
         self._check_text("user_answer", user_answer)
         state = state_from_resume(snapshot, user_answer)
         self._check_text("question", state["question"])
+        record_question(state["question"])
         metrics.record_resume()
         ctx = self._context(steps_sink, timeout)
         ctx.emit(state, steps.RESUME, user_answer)
@@ -194,6 +197,7 @@ def _outcome(state: Mapping[str, Any]) -> RunOutcome:
     # str(): the state holds vocabulary StrEnums; the outcome carries their plain values.
     route, status = str(state.get("route") or ""), str(state.get("retrieval_status") or "")
     metrics.record_run(route, status)
+    annotate(route=route, retrieval_status=status, docs=len(state.get("docs") or ()))
     return RunOutcome(
         question=state["question"],
         route=route,

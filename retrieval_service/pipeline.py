@@ -22,6 +22,7 @@ from retrieval_service.store import STORE_FAILURES
 from shared.errors import DependencyUnavailable, InvalidArgument
 from shared.scores import effective_score
 from shared.text_input import check_text
+from shared.tracing import annotate, record_question, span
 
 log = logging.getLogger(__name__)
 
@@ -143,17 +144,26 @@ class RetrievalPipeline:
         """`deadline` (a `time.monotonic()` instant) bounds the query embedding; past it,
         DeadlineExceeded is raised rather than a `failed` answer nobody waits for."""
         result = await self._retrieve(query, top_k, deadline)
-        record_retrieve(result.meta.retrieval_mode)
+        meta = result.meta
+        record_retrieve(meta.retrieval_mode)
+        annotate(
+            retrieval_mode=meta.retrieval_mode,
+            recall_count=meta.recall_count,
+            candidate_count=meta.candidate_count,
+            post_threshold_count=meta.post_threshold_count,
+            rerank_applied=meta.rerank_applied,
+        )
         return result
 
     async def _retrieve(
         self, query: str, top_k: int | None, deadline: float | None
     ) -> RetrievalResult:
         top_k = self._validate(query, top_k)
+        record_question(query)
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
-            with STAGE["embed"].time():
+            with STAGE["embed"].time(), span("retrieval embed", stage="embed"):
                 vector = np.asarray(
                     await self._embedder.embed_query(query, deadline=deadline), dtype=np.float32
                 )
@@ -169,14 +179,14 @@ class RetrievalPipeline:
                 modes.append(mode)
                 return hits
 
-            with STAGE["recall"].time():
+            with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="hybrid"):
                 hits = await self._current_only(hybrid, pool.candidate_k)
             return await self._finalize(query, hits, top_k, modes[0], pool)
         except STORE_FAILURES:
             log.warning("hybrid recall failed, trying dense only")
 
         try:
-            with STAGE["recall"].time():
+            with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="dense"):
                 hits = await self._current_only(
                     lambda k: self._store.dense_search(cfg.leaf_level, vector, k), pool.candidate_k
                 )
@@ -234,11 +244,13 @@ class RetrievalPipeline:
     async def _finalize(
         self, query: str, hits: list[Doc], top_k: int, mode: RetrievalMode, pool: CandidatePool
     ) -> RetrievalResult:
-        with STAGE["merge"].time():
+        with STAGE["merge"].time(), span("retrieval merge", stage="merge") as traced:
             merged = await self._merge(hits)
+            traced.set_attribute("supermew.replaced_chunks", merged.replaced)
         ranked = [{**doc, "rrf_rank": i} for i, doc in enumerate(merged.docs, start=1)]
-        with STAGE["rerank"].time():
+        with STAGE["rerank"].time(), span("retrieval rerank", stage="rerank") as traced:
             outcome = await self._reranker.rerank(query, ranked, top_k)
+            traced.set_attribute("supermew.rerank_applied", outcome.applied)
         final = [d for d in outcome.docs if passes_threshold(d, self.config.min_score)]
         record_threshold_dropped(len(outcome.docs) - len(final))
         meta = self._meta(mode, pool, top_k, len(hits), merged, outcome, len(ranked), len(final))

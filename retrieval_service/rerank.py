@@ -15,6 +15,7 @@ from retrieval_service.merge import Doc
 from retrieval_service.metrics import record_rerank
 from shared.redact import Redactor
 from shared.scores import effective_score
+from shared.tracing import http_span, inject_headers
 
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
 _PLACEHOLDER_PARTS = ("your-rerank", "your_rerank")
@@ -80,21 +81,25 @@ class Reranker:
             record_rerank("off")
             return RerankOutcome(sort_by_effective_score(docs)[:top_k], False, None)
         try:
-            response = await self._client.post(
-                self.endpoint,
-                headers={
-                    "Content-Type": "application/json",
-                    "Authorization": f"Bearer {self._api_key}",
-                },
-                json={
-                    "model": self.model,
-                    "query": query,
-                    "documents": [str(d.get("text", "")) for d in docs],
-                    "top_n": min(top_k, len(docs)),
-                    "return_documents": False,
-                },
-                timeout=self.timeout_seconds,
-            )
+            with http_span("rerank", documents=len(docs)) as traced:
+                response = await self._client.post(
+                    self.endpoint,
+                    headers=inject_headers(
+                        {
+                            "Content-Type": "application/json",
+                            "Authorization": f"Bearer {self._api_key}",
+                        }
+                    ),
+                    json={
+                        "model": self.model,
+                        "query": query,
+                        "documents": [str(d.get("text", "")) for d in docs],
+                        "top_n": min(top_k, len(docs)),
+                        "return_documents": False,
+                    },
+                    timeout=self.timeout_seconds,
+                )
+                traced.set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 400:
                 record_rerank("http_error")
                 error = self._redact(f"HTTP {response.status_code}: {response.text}")

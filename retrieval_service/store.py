@@ -20,6 +20,7 @@ import grpc
 from retrieval_service import milvus_schema as schema
 from retrieval_service.metrics import record_milvus_error
 from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
+from shared.tracing import span
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,6 +115,13 @@ def translate(exc: Exception) -> DependencyUnavailable | StoreError:
     return StoreError()
 
 
+def operation_of(fn: Callable[..., Any]) -> str:
+    """The store method a Milvus call comes from (`ChunkStore.hybrid_search`,
+    `DocumentRegistry._upsert`): a lambda is named after the method that wrote it."""
+    qualname = getattr(fn, "__qualname__", "") or type(fn).__name__
+    return qualname.split(".<locals>", 1)[0]
+
+
 class MilvusStore:
     """One MilvusClient and the collection names of one `StoreConfig`. Calls are synchronous
     in pymilvus; `run` moves each into a worker thread."""
@@ -181,7 +189,11 @@ class MilvusStore:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(client, *args)` in a worker thread; pymilvus errors arrive translated
         (`DependencyUnavailable("milvus", …)` or `StoreError`)."""
-        return await asyncio.to_thread(self._call, fn, *args)
+        with span("milvus") as traced:
+            if traced.is_recording():
+                traced.set_attribute("db.system.name", "milvus")
+                traced.set_attribute("db.operation.name", operation_of(fn))
+            return await asyncio.to_thread(self._call, fn, *args)
 
     # ---- start-up ----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from shared.metrics import registry_for
 from shared.observability import ServerObservability
 from shared.settings import ServerSettings
 from shared.tls import server_credentials
+from shared.tracing import server_interceptors
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +287,12 @@ class GrpcServer:
 
     def _build(self) -> grpc.aio.Server:
         # grpc.aio binds a server to the running event loop, so it is built in start().
-        interceptors: list[grpc.aio.ServerInterceptor] = self.observability.interceptors()
+        # The tracing interceptor goes first: its server span is then current in the others,
+        # so access-log lines carry the trace id.
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            *server_interceptors(),
+            *self.observability.interceptors(),
+        ]
         if self._settings.auth_token:
             interceptors.append(BearerTokenInterceptor(self._settings.auth_token))
         interceptors.append(self.limiter)

@@ -50,6 +50,11 @@ class ServerSettings(BaseSettings):
         None,
         description="PEM CA bundle; set = mTLS (clients must present a certificate it signed).",
     )
+    otel_record_questions: bool = Field(
+        False,
+        description="Put questions and queries on trace spans (`supermew.question`); off = "
+        "spans carry routes, statuses, modes and counts only.",
+    )
     health_port: int | None = Field(
         None,
         ge=0,

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from shared.errors import ConfigurationError
 from shared.logs import configure_logging
 from shared.settings import ServerSettings
+from shared.tracing import configure_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,11 @@ def run_service(
         quiet.active = False
 
     try:
+        configure_tracing(service, record_questions=settings.otel_record_questions)
         asyncio.run(serve(settings, started))
     except ConfigurationError as exc:
         log.debug("start-up failed", exc_info=True)
         return _fail(service, exc.message)
+    finally:
+        shutdown_tracing()  # exports the spans still buffered
     return 0

@@ -39,6 +39,7 @@ from shared.errors import (
 )
 from shared.redact import Redactor
 from shared.trace_fields import Complexity, RewriteMethod
+from shared.tracing import http_span, inject_headers
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +222,11 @@ class RemoteModelClient:
             own_limit = left is None or self._timeout <= left
             seconds = self._timeout if left is None else min(left, self._timeout)
             try:
-                response = await self._http.post(
-                    self._url, json=body, headers=self._headers, timeout=seconds
-                )
+                with http_span("model", task=task, attempt=attempt) as traced:
+                    response = await self._http.post(
+                        self._url, json=body, headers=inject_headers(self._headers), timeout=seconds
+                    )
+                    traced.set_attribute("http.response.status_code", response.status_code)
             except httpx.ConnectTimeout as exc:
                 log.warning("model task %s: connect timeout after %.3fs", task, seconds)
                 raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
@@ -299,8 +302,14 @@ class RemoteModelClient:
             error: DomainError | None = None
             delay: float | None = None
             try:
+                # No span of its own: one made current here would stay current in the consumer
+                # between pieces (the model-call span covers the stream).
                 async with self._http.stream(
-                    "POST", self._url, json=body, headers=self._headers, timeout=seconds
+                    "POST",
+                    self._url,
+                    json=body,
+                    headers=inject_headers(self._headers),
+                    timeout=seconds,
                 ) as response:
                     if response.status_code >= 400:
                         await response.aread()

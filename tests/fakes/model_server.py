@@ -58,6 +58,7 @@ class ModelRequest:
     model: str
     authorization: str
     body: dict[str, Any]
+    traceparent: str = ""  # the W3C trace context the client sent, if any
 
 
 @dataclass
@@ -154,7 +155,12 @@ class FakeModelServer:
         question = question_of(body.get("messages") or [])
         self.requests.append(
             ModelRequest(
-                task, question, body.get("model", ""), headers.get("authorization", ""), body
+                task,
+                question,
+                body.get("model", ""),
+                headers.get("authorization", ""),
+                body,
+                headers.get("traceparent", ""),
             )
         )
         reply = self.script.next_reply(task, question)
@@ -188,7 +194,12 @@ class FakeModelServer:
         question = question_of(body.get("messages") or [])
         self.requests.append(
             ModelRequest(
-                TASK_ANSWER, question, body.get("model", ""), headers.get("authorization", ""), body
+                TASK_ANSWER,
+                question,
+                body.get("model", ""),
+                headers.get("authorization", ""),
+                body,
+                headers.get("traceparent", ""),
             )
         )
         reply = self.script.next_reply(TASK_ANSWER, question)
