@@ -42,6 +42,7 @@ QUESTIONS = (
     "量子计算机的原理是什么？",
     "Why is Venus so hot?",
     "多肉要浇多少水？",
+    "What does asyncio.gather do and how does asyncio.wait_for handle timeouts?",
 )
 
 

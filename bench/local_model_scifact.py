@@ -10,6 +10,11 @@ compare its verdict with the judgements:
 Prints precision and recall of "answerable" (and of the strict route) over the claims.
 
     python -m bench.local_model_scifact [--limit DOCS] [--claims N] [--db PATH]
+        [--unseen N] [--cache FILE]
+
+`--unseen N` adds N claims none of whose judged abstracts is in the store (negatives: an
+answer for them is a false one); `--cache FILE` keeps the retrieved chunks, so calibrating
+the grader does not re-embed the corpus.
 
 `--db` reuses a store built by `bench.retrieval_scifact` (same filenames), so the full corpus
 need not be embedded twice; the default subset is `_retrieval_rig.subset`'s."""
@@ -18,10 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench._retrieval_rig import (
     MODES,
@@ -36,6 +44,7 @@ from bench._retrieval_rig import (
 )
 from bench.retrieval_scifact import ingest
 from orchestrator_service.models.local import LocalModel
+from orchestrator_service.models.local.grading import WINDOW
 from retrieval_service.app import create_app
 from shared.codec import chunk_from_proto
 
@@ -46,10 +55,16 @@ def precision_recall(counts: Counter[tuple[bool, bool]]) -> tuple[float, float]:
     return (tp / (tp + fp) if tp + fp else 0.0), (tp / (tp + fn) if tp + fn else 0.0)
 
 
-async def run(args: argparse.Namespace) -> None:
-    quiet()
+async def retrieve_all(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """{claim id: retrieved chunks} for the evaluated claims and `--unseen` claims whose judged
+    abstracts are not in the store, and the top_k used. With `--cache`, read from / written to
+    that JSON file, so the grader can be re-run without re-embedding anything."""
+    if args.cache and Path(args.cache).exists():
+        cached = json.loads(Path(args.cache).read_text(encoding="utf-8"))
+        return cached["retrieved"], int(cached["top_k"])
     data, doc_ids, claim_ids = selection(args.data, args.limit, args.judged_share, args.claims)
-    model = LocalModel()
+    unseen = unseen_claims(data, set(doc_ids), args.unseen)
+    retrieved: dict[str, Any] = {}
     with scratch_db("bench-local-scifact-", args.db) as db:
         app = await create_app(bench_settings(db))
         try:
@@ -58,35 +73,95 @@ async def run(args: argparse.Namespace) -> None:
                 todo = await missing_abstracts(app, doc_ids)
                 if todo:
                     await ingest(endpoint, data, todo, args.batch)
-                answerable: Counter[tuple[bool, bool]] = Counter()
-                strict: Counter[tuple[bool, bool]] = Counter()
-                verdicts: Counter[tuple[str, bool]] = Counter()
-                for q in claim_ids:
+                for q in [*claim_ids, *unseen]:
                     reply = await endpoint.retrieve(data.claims[q])
-                    docs = [chunk_from_proto(c) for c in reply.docs]
-                    relevant = any(
-                        d["filename"].removesuffix(".txt") in data.qrels[q] for d in docs
-                    )
-                    verdict = await model.grade_evidence(data.claims[q], docs)
-                    answerable[(verdict.answerability != "none", relevant)] += 1
-                    strict[(verdict.route == "answer", relevant)] += 1
-                    verdicts[(verdict.route, relevant)] += 1
+                    retrieved[q] = {
+                        "claim": data.claims[q],
+                        "qrels": sorted(data.qrels[q]),
+                        "in_store": q not in unseen,
+                        "docs": [chunk_from_proto(c) for c in reply.docs],
+                    }
+                top_k = endpoint.config.top_k
         finally:
             await app.aclose()
-    n = len(claim_ids)
-    relevant_n = sum(v for (_, rel), v in answerable.items() if rel)
+    meta = {"abstracts": len(doc_ids), "top_k": top_k, "retrieved": retrieved}
+    if args.cache:
+        Path(args.cache).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+    return retrieved, top_k
+
+
+def unseen_claims(data: Any, stored: set[str], count: int) -> list[str]:
+    """The first `count` claims none of whose judged abstracts is stored: every chunk
+    retrieved for them is off-target, so each answer route is a false one."""
+    if count <= 0:
+        return []
+    return [q for q in data.qrels if not data.qrels[q] & stored and q in data.claims][:count]
+
+
+@dataclass
+class Tally:
+    """Counts for one group of claims."""
+
+    claims: int = 0
+    relevant: int = 0
+    answers: int = 0
+    answers_supported: int = 0  # a judged abstract in the graded window
+    answered_relevant: int = 0
+    answerable: Counter[tuple[bool, bool]] = field(default_factory=Counter)
+
+    def row(self, label: str) -> list[object]:
+        p, r = precision_recall(self.answerable)
+        return [
+            label,
+            self.claims,
+            self.relevant,
+            self.answers,
+            _ratio(self.answered_relevant, self.relevant),
+            _ratio(self.answers_supported, self.answers),
+            round(p, 3),
+            round(r, 3),
+        ]
+
+
+def _ratio(part: int, whole: int) -> float | str:
+    return round(part / whole, 3) if whole else "–"
+
+
+async def run(args: argparse.Namespace) -> None:
+    quiet()
+    retrieved, top_k = await retrieve_all(args)
+    model = LocalModel()
+    groups = {"in store": Tally(), "unseen": Tally()}
+    verdicts: Counter[tuple[str, bool]] = Counter()
+    for item in retrieved.values():
+        docs, judged = item["docs"], set(item["qrels"])
+        relevant = any(d["filename"].removesuffix(".txt") in judged for d in docs)
+        verdict = await model.grade_evidence(item["claim"], docs)
+        verdicts[(verdict.route, relevant)] += 1
+        tally = groups["in store" if item["in_store"] else "unseen"]
+        tally.claims += 1
+        tally.relevant += relevant
+        tally.answerable[(verdict.answerability != "none", relevant)] += 1
+        if verdict.route == "answer":
+            tally.answers += 1
+            window = docs[:WINDOW]
+            tally.answers_supported += any(
+                d["filename"].removesuffix(".txt") in judged for d in window
+            )
+            tally.answered_relevant += relevant
     print(
-        f"SciFact: {len(doc_ids)} abstracts, {n} train claims, top_k "
-        f"{endpoint.config.top_k} chunks per claim; a judged abstract retrieved for "
-        f"{relevant_n} claims ({relevant_n / n:.0%}), none for {n - relevant_n}"
+        f"SciFact train claims, {len(retrieved)} graded, top_k {top_k} chunks per claim. "
+        "'in store': claims whose judged abstracts are all in the store (the issue's "
+        "population); 'unseen': claims with none stored (every answer is a false one)."
     )
-    rows = []
-    kinds = (("answerable (not no_knowledge)", answerable), ("route = answer", strict))
-    for label, counts in kinds:
-        p, r = precision_recall(counts)
-        agree = (counts[(True, True)] + counts[(False, False)]) / n
-        rows.append([label, round(p, 3), round(r, 3), round(agree, 3)])
-    print(table(rows, ["graded as", "precision", "recall", "agreement"]))
+    headers = ["claims", "n", "judged retrieved", "answered", "answer recall", "answer precision"]
+    headers += ["answerable precision", "answerable recall"]
+    print(table([tally.row(label) for label, tally in groups.items() if tally.claims], headers))
+    print(
+        "answer recall = route answer among claims whose judged abstract is retrieved; "
+        f"answer precision = a judged abstract in the graded window (top {WINDOW}) of the "
+        "answered claims; answerable = not no_knowledge, relevant = a judged abstract retrieved"
+    )
     routes = sorted({route for route, _ in verdicts})
     print(
         table(
@@ -104,6 +179,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--claims", type=int, default=0, help="evaluate only the first N claims")
     p.add_argument("--db", default=os.environ.get("BENCH_SCIFACT_DB"), help="reuse this store")
     p.add_argument("--batch", type=int, default=16, help="abstracts per IngestDocuments call")
+    p.add_argument("--unseen", type=int, default=0, help="also N claims with no stored abstract")
+    p.add_argument("--cache", help="JSON file of the retrieved chunks (read if present)")
     return p.parse_args(argv)
 
 

@@ -231,3 +231,20 @@ async def test_complex_question_fans_out_and_synthesises(stub: object) -> None:
     assert list(trace["sub_questions"]) == ["绿茶的发酵程度", "红茶的发酵程度"]
     assert len(trace["sub_traces"]) == 2 and result.route == "answer"
     assert "tea_culture.zh.txt" in {doc.filename for doc in result.docs}
+
+
+async def test_compound_question_answers_both_halves(stub: object) -> None:
+    """Issue 15: two coordinated asks become two grammatical sub-questions, and the samples
+    answer each one, so the synthesis is answerable rather than partial."""
+    question = "What does asyncio.gather do and how does asyncio.wait_for handle timeouts?"
+    result = await run(stub, question, generate_answer=True)
+    trace = rag_trace_from_proto(result.rag_trace)
+    assert list(trace["sub_questions"]) == [
+        "What does asyncio.gather do?",
+        "How does asyncio.wait_for handle timeouts?",
+    ]
+    assert [sub["route"] for sub in trace["sub_traces"]] == ["answer", "answer"]
+    assert (result.route, result.retrieval_status) == ("answer", "answerable")
+    assert "python_asyncio.en.md" in {doc.filename for doc in result.docs}
+    assert "asyncio.gather" in result.answer.text and "asyncio.wait_for" in result.answer.text
+    assert_grounded(result, chinese=False)

