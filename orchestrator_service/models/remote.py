@@ -233,23 +233,14 @@ class RemoteModelClient:
                         self._url, body, timeout=seconds, headers=inject_headers(self._headers)
                     )
                     traced.set_attribute("http.response.status_code", response.status)
-            except HttpConnectTimeout as exc:
-                log.warning("model task %s: connect timeout after %.3fs", task, seconds)
-                raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
-            except HttpTimeout as exc:
-                log.warning("model task %s: no reply within %.3fs", task, seconds)
-                raise DeadlineExceeded(
-                    f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
-                    if own_limit
-                    else f"model task {task}: the caller's deadline passed while waiting for "
-                    "the model"
-                ) from exc
-            except HttpTransportError as exc:
-                log.warning(
-                    "model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc))
-                )
-                raise DependencyUnavailable(
-                    DEPENDENCY, f"task {task}: the connection failed"
+            except (HttpConnectTimeout, HttpTimeout, HttpTransportError) as exc:
+                raise self._transport_failure(
+                    task,
+                    exc,
+                    seconds,
+                    own_limit,
+                    waiting="no reply",
+                    failed="the connection failed",
                 ) from exc
             if response.status < 400:
                 return _content(response)
@@ -259,6 +250,31 @@ class RemoteModelClient:
             if delay is None:
                 raise error
             await asyncio.sleep(delay)
+
+    def _transport_failure(
+        self,
+        task: str,
+        exc: Exception,
+        seconds: float,
+        own_limit: bool,
+        *,
+        waiting: str,
+        failed: str,
+    ) -> DependencyUnavailable | DeadlineExceeded:
+        """The domain error for a request that got no (complete) reply, logged once. A timeout
+        names the limit that fired: LLM_TIMEOUT_SECONDS or the caller's deadline."""
+        if isinstance(exc, HttpConnectTimeout):
+            log.warning("model task %s: connect timeout after %.3fs", task, seconds)
+            return DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout")
+        if isinstance(exc, HttpTimeout):
+            log.warning("model task %s: %s within %.3fs", task, waiting, seconds)
+            return DeadlineExceeded(
+                f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
+                if own_limit
+                else f"model task {task}: the caller's deadline passed while waiting for the model"
+            )
+        log.warning("model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc)))
+        return DependencyUnavailable(DEPENDENCY, f"task {task}: {failed}")
 
     def _http_error(self, task: str, response: Reply) -> DomainError:
         """The domain error for a failed HTTP reply: permanent refusals name the provider's
@@ -328,23 +344,14 @@ class RemoteModelClient:
                         raise DependencyUnavailable(
                             DEPENDENCY, f"task {task}: the answer stream ended before [DONE]"
                         )
-            except HttpConnectTimeout as exc:
-                log.warning("model task %s: connect timeout after %.3fs", task, seconds)
-                raise DependencyUnavailable(DEPENDENCY, f"task {task}: connect timeout") from exc
-            except HttpTimeout as exc:
-                log.warning("model task %s: no piece within %.3fs", task, seconds)
-                raise DeadlineExceeded(
-                    f"model task {task}: no reply within LLM_TIMEOUT_SECONDS ({self._timeout:g}s)"
-                    if own_limit
-                    else f"model task {task}: the caller's deadline passed while waiting for "
-                    "the model"
-                ) from exc
-            except HttpTransportError as exc:
-                log.warning(
-                    "model task %s: %s: %s", task, type(exc).__name__, self._redact(str(exc))
-                )
-                raise DependencyUnavailable(
-                    DEPENDENCY, f"task {task}: the answer stream was cut"
+            except (HttpConnectTimeout, HttpTimeout, HttpTransportError) as exc:
+                raise self._transport_failure(
+                    task,
+                    exc,
+                    seconds,
+                    own_limit,
+                    waiting="no piece",
+                    failed="the answer stream was cut",
                 ) from exc
             assert error is not None
             log.warning("model task %s: attempt %d: %s", task, attempt, error.message)
