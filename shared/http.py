@@ -209,13 +209,18 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 class RetryPolicy:
     """Which failed replies get another attempt, and after how long: full-jitter exponential
     backoff so many callers retrying together do not hit the endpoint in lockstep, or the
-    server's Retry-After (capped at `retry_after_cap` when set) when it gives one."""
+    server's Retry-After (capped at `retry_after_cap` when set) when it gives one. A retry is
+    worth its wait only when the caller's deadline still leaves `min_attempt_seconds` for the
+    attempt itself: a wait that ends at the deadline only turns the endpoint's answer into the
+    caller's DEADLINE_EXCEEDED (and a server may see a few ms more of the deadline than the
+    caller set, since gRPC rounds the timeout it sends up)."""
 
     statuses: frozenset[int]
     max_attempts: int
     backoff_seconds: float = 0.2
     max_backoff_seconds: float = 5.0
     retry_after_cap: float | None = 5.0
+    min_attempt_seconds: float = 0.25
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
         """The wait after failed attempt number `attempt` (1-based)."""
@@ -227,9 +232,9 @@ class RetryPolicy:
 
     def delay(self, reply: Reply | StreamReply, attempt: int, left: float | None) -> float | None:
         """Seconds to wait before the next attempt, or None when there must be none: a status
-        not worth retrying, the attempts used up, or a wait the `left` seconds of the caller's
-        deadline cannot fit (None = no deadline)."""
+        not worth retrying, the attempts used up, or a wait that the `left` seconds of the
+        caller's deadline cannot fit together with an attempt (None = no deadline)."""
         if reply.status not in self.statuses or attempt >= self.max_attempts:
             return None
         wait = self.backoff(attempt, retry_after_seconds(reply.headers))
-        return None if left is not None and wait >= left else wait
+        return None if left is not None and wait + self.min_attempt_seconds > left else wait

@@ -62,6 +62,11 @@ def test_retry_rule() -> None:
     assert policy.delay(_reply(429, **{"Retry-After": "1.5"}), 1, None) == 1.5
     assert policy.delay(_reply(429, **{"Retry-After": "60"}), 1, None) == 5.0  # capped
     assert policy.delay(_reply(429, **{"Retry-After": "1.5"}), 1, 1.0) is None  # deadline
+    # A wait must leave the attempt some of the deadline: 5 s capped wait, 5.004 s left (the
+    # server's view of a caller's 5 s, rounded up by gRPC) is no retry.
+    assert policy.delay(_reply(429, **{"Retry-After": "30"}), 1, 5.004) is None
+    assert policy.delay(_reply(429, **{"Retry-After": "1.5"}), 1, 1.7) is None
+    assert policy.delay(_reply(429, **{"Retry-After": "1.5"}), 1, 1.8) == 1.5
     uncapped = RetryPolicy(frozenset({429}), max_attempts=2, retry_after_cap=None)
     assert uncapped.delay(_reply(429, **{"Retry-After": "60"}), 1, None) == 60.0
 
