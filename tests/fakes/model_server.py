@@ -147,11 +147,10 @@ class FakeModelServer:
         finally:
             writer.close()
 
-    async def _respond(
-        self, body: dict[str, Any], headers: Mapping[str, str]
-    ) -> tuple[int, str, str]:
-        """(status, JSON body, extra header lines)."""
-        task = body.get("response_format", {}).get("json_schema", {}).get("name", "")
+    async def _next_reply(
+        self, task: str, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> Reply | HttpError:
+        """Records the request, then waits `delay` and gives the scripted reply for it."""
         question = question_of(body.get("messages") or [])
         self.requests.append(
             ModelRequest(
@@ -166,9 +165,16 @@ class FakeModelServer:
         reply = self.script.next_reply(task, question)
         if self.delay:
             await asyncio.sleep(self.delay)
+        return reply
+
+    async def _respond(
+        self, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> tuple[int, str, str]:
+        """(status, JSON body, extra header lines)."""
+        task = body.get("response_format", {}).get("json_schema", {}).get("name", "")
+        reply = await self._next_reply(task, body, headers)
         if isinstance(reply, HttpError):
-            extra = "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
-            return reply.status, json.dumps({"error": {"message": reply.body}}), extra
+            return reply.status, json.dumps({"error": {"message": reply.body}}), _extra(reply)
         content = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
         reply_body = json.dumps(
             {
@@ -191,26 +197,12 @@ class FakeModelServer:
         self, body: dict[str, Any], headers: Mapping[str, str], writer: asyncio.StreamWriter
     ) -> bool:
         """Answers a `stream: true` request; False when the connection was cut on purpose."""
-        question = question_of(body.get("messages") or [])
-        self.requests.append(
-            ModelRequest(
-                TASK_ANSWER,
-                question,
-                body.get("model", ""),
-                headers.get("authorization", ""),
-                body,
-                headers.get("traceparent", ""),
-            )
-        )
-        reply = self.script.next_reply(TASK_ANSWER, question)
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        reply = await self._next_reply(TASK_ANSWER, body, headers)
         if isinstance(reply, HttpError):
             data = json.dumps({"error": {"message": reply.body}}).encode()
-            extra = "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
             writer.write(
                 f"HTTP/1.1 {reply.status} Error\r\nContent-Type: application/json\r\n"
-                f"{extra}Content-Length: {len(data)}\r\n\r\n".encode()
+                f"{_extra(reply)}Content-Length: {len(data)}\r\n\r\n".encode()
                 + data
             )
             await writer.drain()
@@ -292,3 +284,8 @@ def rewrite(method: str, text: str) -> dict[str, Any]:
         "step_back_question": text if method == "step_back" else "",
         "hyde_document": text if method == "hyde" else "",
     }
+
+
+def _extra(reply: HttpError) -> str:
+    """The extra header lines of an error reply."""
+    return "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"
