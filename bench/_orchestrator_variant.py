@@ -2,8 +2,9 @@
 `python -m bench._orchestrator_variant CLIENT LOOP` serves one process with the model client
 on httpx (CLIENT=httpx: the replaced transport, its request path as before minus retries, which
 the bench's model never needs) or on shared.http (CLIENT=aiohttp), under asyncio's default loop
-or uvloop (LOOP). Production code has
-no switch for either; the settings come from the environment as for the real service."""
+or uvloop (LOOP), and without the shipped service's garbage-collector settings
+(shared.heap.settle_heap). Production code has no switch for any of these; the settings come
+from the environment as for the real service."""
 
 from __future__ import annotations
 

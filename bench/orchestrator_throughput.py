@@ -4,7 +4,9 @@ against the orchestrator as its own process(es), the scripted model server answe
 
 - before: the model client on httpx under asyncio's loop (bench/_orchestrator_variant.py),
 - the model client on shared.http (aiohttp) under asyncio's loop (the client alone),
-- `python -m orchestrator_service` as shipped (aiohttp + uvloop), 1 and 2 workers,
+- the same under uvloop, with CPython's garbage-collector defaults (all but `settle_heap`),
+- `python -m orchestrator_service` as shipped (aiohttp + uvloop + `settle_heap`), 1 and 2
+  workers,
 
 on the fast path (1 model call per Run) and a model-classified question (2 calls). Ratio =
 runs/s ÷ the ideal 64 ÷ per-run model time (≥ 0.8 wanted); CPU ms/run is the orchestrator's
@@ -42,6 +44,7 @@ CASES = [
 VARIANTS = [
     ("before: httpx, asyncio", ["-m", "bench._orchestrator_variant", "httpx", "asyncio"], 1),
     ("aiohttp, asyncio", ["-m", "bench._orchestrator_variant", "aiohttp", "asyncio"], 1),
+    ("aiohttp, uvloop, GC as is", ["-m", "bench._orchestrator_variant", "aiohttp", "uvloop"], 1),
     ("shipped: aiohttp, uvloop", ["-m", "orchestrator_service"], 1),
     ("shipped, 2 workers", ["-m", "orchestrator_service"], 2),
 ]
@@ -225,10 +228,15 @@ def main() -> None:
             f"  {variant:<26} {label:<27} CPU/run ×{server_ms / cpu:.2f}  "
             f"runs/s ×{achieved / rate:.2f}"
         )
-    one = {label: rate for variant, label, rate, *_ in rows if variant == VARIANTS[2][0]}
+    one = {label: rate for variant, label, rate, *_ in rows if variant == VARIANTS[3][0]}
     for variant, label, achieved, *_ in rows:
-        if variant == VARIANTS[3][0]:
+        if variant == VARIANTS[4][0]:
             print(f"  2 workers ÷ 1 worker, {label}: runs/s ×{achieved / one[label]:.2f}")
+    as_is = {label: cpu for variant, label, _, _, cpu, _ in rows if variant == VARIANTS[2][0]}
+    for variant, label, _, _, server_ms, _ in rows:
+        if variant == VARIANTS[3][0]:
+            ratio = server_ms / as_is[label]
+            print(f"  GC settings (shipped ÷ GC as is), {label}: CPU/run ×{ratio:.2f}")
     print(
         f"targets: fast path ≤ 2.5 ms and 2 calls ≤ 3.5 ms of orchestrator CPU per Run; ratio "
         f"≥ {TARGET}; 2 workers ≥ ×1.7 the runs/s of one on 2 idle cores (this process's "

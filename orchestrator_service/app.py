@@ -14,6 +14,7 @@ from orchestrator_service.orchestrator import Orchestrator
 from orchestrator_service.retrieval_client import RetrievalClient
 from orchestrator_service.server import add_servicer
 from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
+from shared.heap import settle_heap
 from shared.serve import GrpcServer, serve
 from shared.tls import channel_credentials
 from shared.tracing import client_interceptors
@@ -64,4 +65,9 @@ async def serve_app(settings: OrchestratorSettings, on_started: Callable[[], Non
     """Serve until SIGTERM/SIGINT, then drain: the body of `python -m orchestrator_service`
     and of each of its worker processes (a module-level name, so a spawned worker finds it)."""
     app = build_app(settings)
-    await serve(app.server, on_stop=app.aclose, on_started=on_started)
+
+    def started() -> None:
+        settle_heap()  # the collector: 11 % of CPU → 0.5 % (README, "CPU per Run")
+        on_started()
+
+    await serve(app.server, on_stop=app.aclose, on_started=started)
