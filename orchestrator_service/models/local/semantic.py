@@ -18,8 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
-#: Sentences longer than this are cut before encoding: the answer-bearing clause of a long
-#: sentence is near its start, and the encoder's cost grows with the length.
+#: Texts longer than this are cut before encoding, as the encoder's cost grows with the length:
+#: a long question, or a grader's key span made of long words (URLs, identifiers).
 MAX_SENTENCE_CHARS = 200
 CACHE_SIZE = 4096
 
