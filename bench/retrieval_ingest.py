@@ -225,10 +225,12 @@ async def scripted_ingest(docs: dict[str, str], delay: float) -> dict[str, float
     return {"alone": alone, "ingest": leaves / seconds, "max_in_flight": server.max_in_flight}
 
 
-def raw_store(docs: dict[str, str]) -> dict[str, float]:
+def raw_store(docs: dict[str, str], parent_bm25: bool = True) -> dict[str, float]:
     """The store alone: the rows an ingest of `docs` writes (all three levels, random unit
     vectors), inserted with plain pymilvus calls of 1,000 rows into fresh collections of the
-    service's schema, then flushed, as an ingest seals its writes. Leaves/s and rows/s."""
+    service's schema, then flushed, as an ingest seals its writes. Leaves/s and rows/s.
+    `parent_bm25=False` empties the L1/L2 rows' BM25 text: what the store would cost if
+    parents, which recall searches only with LEAF_RETRIEVE_LEVEL 1 or 2, were not analysed."""
     from pymilvus import MilvusClient
 
     from retrieval_service import milvus_schema as schema
@@ -239,7 +241,10 @@ def raw_store(docs: dict[str, str]) -> dict[str, float]:
     for name, text in docs.items():
         for c in chunk_document(name, "Text", [Page(0, text)], CHUNKING):
             vector = rng.standard_normal(384).astype(np.float32)
-            rows[c.chunk_level].append(store_row(c, vector / np.linalg.norm(vector), "raw"))
+            row = store_row(c, vector / np.linalg.norm(vector), "raw")
+            if not parent_bm25 and c.chunk_level < 3:
+                row["bm25_text"] = ""
+            rows[c.chunk_level].append(row)
     with scratch_db("bench-ingest-raw-") as db:
         client = MilvusClient(db)
         try:
@@ -272,6 +277,7 @@ async def scripted(args: argparse.Namespace) -> dict[str, Any]:
         "delayed": await scripted_ingest(docs, SCRIPTED_DELAY),
         "instant": await scripted_ingest(docs, 0.0),
         "raw": raw_store(docs),
+        "raw_leaf_bm25": raw_store(docs, parent_bm25=False),
     }
 
 
@@ -306,6 +312,29 @@ class PeakRss:
         self.peak = max(self.peak, rss_bytes())
 
 
+STORE_ALONE = """
+import sys
+from bench.retrieval_ingest import rss_bytes
+from pymilvus import MilvusClient
+before = rss_bytes()
+client = MilvusClient(sys.argv[1])
+for name in client.list_collections():
+    client.load_collection(name)
+    client.query(name, filter="", output_fields=["count(*)"])
+print(before, rss_bytes())
+"""
+
+
+def store_alone(db: str) -> int:
+    """What the written store alone holds: the growth of a fresh process that opens it (Milvus
+    Lite serves from inside the process, so its data is resident wherever it runs)."""
+    out = subprocess.run(
+        [sys.executable, "-c", STORE_ALONE, db], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, out.stdout.split()[-2:])
+    return after - before
+
+
 async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     from retrieval_service.ingest import store_row
     from tests.fakes.embeddings_server import EmbeddingsServer
@@ -315,7 +344,7 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     server = EmbeddingsServer(384).start()
     embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
     try:
-        with scratch_db("bench-ingest-memory-") as db:
+        with scratch_db("bench-ingest-memory-", keep=args.memory_db) as db:
             app = await create_app(bench_settings(db), embedder=embedder)
             try:
                 before = rss_bytes()
@@ -351,11 +380,14 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
 # ---- the report ----------------------------------------------------------------------------
 
 
-def spawn(mode: str, args: argparse.Namespace, memory_bytes: int | None = None) -> dict[str, Any]:
+def spawn(
+    mode: str, args: argparse.Namespace, memory_bytes: int | None = None, *extra: str
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
     argv = [sys.executable, "-m", "bench.retrieval_ingest", "--child", mode, *forward(args)]
     if memory_bytes is not None:
         argv.append(f"--memory-bytes={memory_bytes}")
+    argv += extra
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{mode} child failed:\n{out.stderr[-2000:]}")
@@ -388,7 +420,16 @@ async def run(args: argparse.Namespace) -> None:
     if args.only in (None, "scripted"):
         report_scripted(await scripted(args))
     if args.only in (None, "memory") and args.memory_bytes:
-        report_memory([spawn("memory", args, 1024 * 1024), spawn("memory", args)])
+        report_memory([memory(args, 1024 * 1024), memory(args, args.memory_bytes)])
+
+
+def memory(args: argparse.Namespace, size: int) -> dict[str, Any]:
+    """The memory child on a text of `size` bytes, then the store it wrote opened alone (after
+    the child is gone: Milvus Lite locks its data directory)."""
+    with scratch_db("bench-ingest-memory-") as db:
+        result = spawn("memory", args, size, "--memory-db", db)
+        result["store_alone"] = store_alone(db)
+    return result
 
 
 async def report_embedder(args: argparse.Namespace) -> None:
@@ -453,6 +494,10 @@ def report_scripted(s: dict[str, Any]) -> None:
                 row("IngestDocuments", delayed["ingest"]),
                 row("IngestDocuments, endpoint without delay (write path)", instant["ingest"]),
                 row("raw pymilvus insert + flush of the same rows (store)", raw["ingest"]),
+                row(
+                    "same, parents' BM25 text left empty (store, leaves analysed only)",
+                    s["raw_leaf_bm25"]["ingest"],
+                ),
             ],
             ["path", "leaves/s", "rows/s", "÷ ideal (target ≥ 0.9)"],
         )
@@ -467,7 +512,8 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
     mib = 1024 * 1024
     print(
         "\nmemory: English text through IngestDocuments, scripted endpoint without delay, "
-        "a fresh process each (resident set sampled every 20 ms):"
+        "a fresh process each (resident set sampled every 20 ms); store alone = the growth of "
+        "another fresh process opening the written store (Milvus Lite is in-process):"
     )
     print(
         table(
@@ -480,6 +526,8 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
                     round(m["rss_before"] / mib),
                     round(m["rss_peak"] / mib),
                     round((m["rss_peak"] - m["rss_before"]) / mib),
+                    round(m["store_alone"] / mib),
+                    round((m["rss_peak"] - m["rss_before"] - m["store_alone"]) / mib),
                     round(m["rows_at_once"] / mib),
                 ]
                 for m in runs
@@ -492,6 +540,8 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
                 "RSS before MiB",
                 "peak MiB",
                 "growth MiB",
+                "store alone MiB",
+                "growth − store MiB",
                 "its rows at once MiB",
             ],
         )
@@ -526,6 +576,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="run one part: the built-in embedder and files, the scripted endpoint, or memory",
     )
     p.add_argument("--child", choices=["old", "new", "memory"], help=argparse.SUPPRESS)
+    p.add_argument("--memory-db", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
