@@ -9,15 +9,18 @@
   through IngestDocuments: seconds and leaves/s (minutes each at 1 MiB);
 - Retrieve p50 with a busy neighbour core ÷ idle (≤ 1.5: no spin-waiting under contention);
 - against a scripted OpenAI-compatible embeddings server on 127.0.0.1 with a fixed 100 ms per
-  batch: texts/s ÷ (concurrency × batch ÷ 0.1 s), for the embedder alone and for IngestDocuments
-  (≥ 0.9);
-- memory: one `--memory-bytes` English text (20 MiB, the largest document allowed) through
-  IngestDocuments against the scripted endpoint with no delay, in a fresh process: resident
-  memory before and at its peak (sampled every 20 ms), beside the size of the rows it writes,
-  which the streamed write never holds at once.
+  batch, on `--scripted-docs` abstracts: texts/s ÷ (concurrency × batch ÷ 0.1 s), for the
+  embedder alone and for IngestDocuments (≥ 0.9); beside them, in the same run, what bounds it:
+  IngestDocuments against the endpoint with no delay (the write path alone) and a raw pymilvus
+  insert + flush of the same rows into collections of the same schema (the store alone);
+- memory: a 1 MiB and a `--memory-bytes` English text (20 MiB, the largest document allowed)
+  through IngestDocuments against the scripted endpoint with no delay, each in a fresh process:
+  resident memory before and at its peak (sampled every 20 ms), beside the size of the rows it
+  writes, which the streamed write never holds at once.
 
     python -m bench.retrieval_ingest [--docs N] [--file-bytes BYTES] [--queries N]
-                                     [--memory-bytes BYTES]"""
+                                     [--scripted-docs N] [--memory-bytes BYTES]
+                                     [--only scripted|memory]"""
 
 from __future__ import annotations
 
@@ -87,7 +90,8 @@ def english_file(size: int) -> str:
         total += len(text.encode()) + 2
         if total >= size:
             break
-    return "\n\n".join(parts)[:size]
+    # Cut at `size` bytes (the corpus has non-ASCII characters), on a character boundary.
+    return "\n\n".join(parts).encode()[:size].decode(errors="ignore")
 
 
 def chinese_file(size: int) -> str:
@@ -197,13 +201,13 @@ async def file_end_to_end(embedder: Embedder, label: str, text: str) -> dict[str
 # ---- the scripted endpoint -----------------------------------------------------------------
 
 
-async def scripted(args: argparse.Namespace) -> dict[str, float]:
+async def scripted_ingest(docs: dict[str, str], delay: float) -> dict[str, float]:
+    """The embedder alone, then IngestDocuments, against a scripted endpoint of `delay` s per
+    batch: texts/s each, and the most requests it saw in flight."""
     from tests.fakes.embeddings_server import EmbeddingsServer
 
-    docs = documents(args.docs)
     texts = leaves_of(docs)
-    ideal = SCRIPTED["concurrency"] * SCRIPTED["batch_size"] / SCRIPTED_DELAY
-    server = EmbeddingsServer(384, batch_delay=SCRIPTED_DELAY).start()
+    server = EmbeddingsServer(384, batch_delay=delay).start()
     embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
     try:
         started = time.perf_counter()
@@ -218,11 +222,62 @@ async def scripted(args: argparse.Namespace) -> dict[str, float]:
     finally:
         await embedder.aclose()
         server.stop()
+    return {"alone": alone, "ingest": leaves / seconds, "max_in_flight": server.max_in_flight}
+
+
+def raw_store(docs: dict[str, str], parent_bm25: bool = True) -> dict[str, float]:
+    """The store alone: the rows an ingest of `docs` writes (all three levels, random unit
+    vectors), inserted with plain pymilvus calls of 1,000 rows into fresh collections of the
+    service's schema, then flushed, as an ingest seals its writes. Leaves/s and rows/s.
+    `parent_bm25=False` empties the L1/L2 rows' BM25 text: what the store would cost if
+    parents, which recall searches only with LEAF_RETRIEVE_LEVEL 1 or 2, were not analysed."""
+    from pymilvus import MilvusClient
+
+    from retrieval_service import milvus_schema as schema
+    from retrieval_service.ingest import store_row
+
+    rng = np.random.default_rng(0)
+    rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in schema.LEVELS}
+    for name, text in docs.items():
+        for c in chunk_document(name, "Text", [Page(0, text)], CHUNKING):
+            vector = rng.standard_normal(384).astype(np.float32)
+            row = store_row(c, vector / np.linalg.norm(vector), "raw")
+            if not parent_bm25 and c.chunk_level < 3:
+                row["bm25_text"] = ""
+            rows[c.chunk_level].append(row)
+    with scratch_db("bench-ingest-raw-") as db:
+        client = MilvusClient(db)
+        try:
+            bm25 = {"bm25_k1": 1.2, "bm25_b": 0.75}
+            for lvl in schema.LEVELS:
+                client.create_collection(
+                    f"raw_l{lvl}",
+                    schema=schema.chunk_schema(384),
+                    index_params=schema.chunk_index_params(client, bm25),
+                )
+            client.insert("raw_l3", rows[3][:1])  # jieba loads its dictionary on first use
+            started = time.perf_counter()
+            for lvl in (3, 2, 1):
+                for i in range(1 if lvl == 3 else 0, len(rows[lvl]), 1000):
+                    client.insert(f"raw_l{lvl}", rows[lvl][i : i + 1000])
+            for lvl in schema.LEVELS:
+                client.flush(f"raw_l{lvl}")
+            seconds = time.perf_counter() - started
+        finally:
+            client.close()
+    n = sum(map(len, rows.values()))
+    return {"ingest": (len(rows[3]) - 1) / seconds, "rows_per_leaf": n / len(rows[3])}
+
+
+async def scripted(args: argparse.Namespace) -> dict[str, Any]:
+    docs = documents(args.scripted_docs)
     return {
-        "ideal": ideal,
-        "alone": alone,
-        "ingest": leaves / seconds,
-        "max_in_flight": server.max_in_flight,
+        "ideal": SCRIPTED["concurrency"] * SCRIPTED["batch_size"] / SCRIPTED_DELAY,
+        "leaves": len(leaves_of(docs)),
+        "delayed": await scripted_ingest(docs, SCRIPTED_DELAY),
+        "instant": await scripted_ingest(docs, 0.0),
+        "raw": raw_store(docs),
+        "raw_leaf_bm25": raw_store(docs, parent_bm25=False),
     }
 
 
@@ -257,6 +312,29 @@ class PeakRss:
         self.peak = max(self.peak, rss_bytes())
 
 
+STORE_ALONE = """
+import sys
+from bench.retrieval_ingest import rss_bytes
+from pymilvus import MilvusClient
+before = rss_bytes()
+client = MilvusClient(sys.argv[1])
+for name in client.list_collections():
+    client.load_collection(name)
+    client.query(name, filter="", output_fields=["count(*)"])
+print(before, rss_bytes())
+"""
+
+
+def store_alone(db: str) -> int:
+    """What the written store alone holds: the growth of a fresh process that opens it (Milvus
+    Lite serves from inside the process, so its data is resident wherever it runs)."""
+    out = subprocess.run(
+        [sys.executable, "-c", STORE_ALONE, db], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, out.stdout.split()[-2:])
+    return after - before
+
+
 async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     from retrieval_service.ingest import store_row
     from tests.fakes.embeddings_server import EmbeddingsServer
@@ -266,7 +344,7 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     server = EmbeddingsServer(384).start()
     embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
     try:
-        with scratch_db("bench-ingest-memory-") as db:
+        with scratch_db("bench-ingest-memory-", keep=args.memory_db) as db:
             app = await create_app(bench_settings(db), embedder=embedder)
             try:
                 before = rss_bytes()
@@ -302,9 +380,14 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
 # ---- the report ----------------------------------------------------------------------------
 
 
-def spawn(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def spawn(
+    mode: str, args: argparse.Namespace, memory_bytes: int | None = None, *extra: str
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
     argv = [sys.executable, "-m", "bench.retrieval_ingest", "--child", mode, *forward(args)]
+    if memory_bytes is not None:
+        argv.append(f"--memory-bytes={memory_bytes}")
+    argv += extra
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{mode} child failed:\n{out.stderr[-2000:]}")
@@ -331,10 +414,29 @@ async def run(args: argparse.Namespace) -> None:
         print(json.dumps(await child_memory(args)))
         return
     quiet()
+    print(f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}", flush=True)
+    if args.only in (None, "embedder"):
+        await report_embedder(args)
+    if args.only in (None, "scripted"):
+        report_scripted(await scripted(args))
+    if args.only in (None, "memory") and args.memory_bytes:
+        report_memory([memory(args, 1024 * 1024), memory(args, args.memory_bytes)])
+
+
+def memory(args: argparse.Namespace, size: int) -> dict[str, Any]:
+    """The memory child on a text of `size` bytes, then the store it wrote opened alone (after
+    the child is gone: Milvus Lite locks its data directory)."""
+    with scratch_db("bench-ingest-memory-") as db:
+        result = spawn("memory", args, size, "--memory-db", db)
+        result["store_alone"] = store_alone(db)
+    return result
+
+
+async def report_embedder(args: argparse.Namespace) -> None:
     leaves = len(leaves_of(documents(args.docs)))
     print(
         f"{args.docs} SciFact abstracts = {leaves} leaves of ≤ 800 characters; files of "
-        f"{args.file_bytes} bytes; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}",
+        f"{args.file_bytes} bytes",
         flush=True,
     )
     old = spawn("old", args)
@@ -365,52 +467,85 @@ async def run(args: argparse.Namespace) -> None:
         )
     print("\none text file end to end through IngestDocuments:")
     print(table(files, ["file", "bytes", "leaves", "seconds", "leaves/s"]))
-    s = await scripted(args)
+
+
+def report_scripted(s: dict[str, Any]) -> None:
+    ideal, delayed, instant, raw = s["ideal"], s["delayed"], s["instant"], s["raw"]
     print(
         f"\nscripted endpoint, {SCRIPTED_DELAY * 1000:.0f} ms per batch, batch "
-        f"{SCRIPTED['batch_size']} × concurrency {SCRIPTED['concurrency']} = "
-        f"{s['ideal']:.0f} texts/s ideal (max in flight seen: {s['max_in_flight']}):"
+        f"{SCRIPTED['batch_size']} × concurrency {SCRIPTED['concurrency']} = {ideal:.0f} texts/s "
+        f"ideal (max in flight seen: {delayed['max_in_flight']}); {s['leaves']} leaves, "
+        f"{raw['rows_per_leaf']:.2f} rows per leaf:"
+    )
+    rpl = raw["rows_per_leaf"]
+
+    def row(path: str, texts_per_s: float, rows: bool = True) -> list[Any]:
+        return [
+            path,
+            round(texts_per_s, 1),
+            round(texts_per_s * rpl) if rows else "",
+            round(texts_per_s / ideal, 3),
+        ]
+
+    print(
+        table(
+            [
+                row("embedder alone", delayed["alone"], rows=False),
+                row("IngestDocuments", delayed["ingest"]),
+                row("IngestDocuments, endpoint without delay (write path)", instant["ingest"]),
+                row("raw pymilvus insert + flush of the same rows (store)", raw["ingest"]),
+                row(
+                    "same, parents' BM25 text left empty (store, leaves analysed only)",
+                    s["raw_leaf_bm25"]["ingest"],
+                ),
+            ],
+            ["path", "leaves/s", "rows/s", "÷ ideal (target ≥ 0.9)"],
+        )
+    )
+    print(
+        f"IngestDocuments ÷ store alone = {delayed['ingest'] / raw['ingest']:.2f}; "
+        f"write path ÷ store alone = {instant['ingest'] / raw['ingest']:.2f}"
+    )
+
+
+def report_memory(runs: list[dict[str, Any]]) -> None:
+    mib = 1024 * 1024
+    print(
+        "\nmemory: English text through IngestDocuments, scripted endpoint without delay, "
+        "a fresh process each (resident set sampled every 20 ms); store alone = the growth of "
+        "another fresh process opening the written store (Milvus Lite is in-process):"
     )
     print(
         table(
             [
-                ["embedder alone", round(s["alone"], 1), round(s["alone"] / s["ideal"], 3)],
-                ["IngestDocuments", round(s["ingest"], 1), round(s["ingest"] / s["ideal"], 3)],
+                [
+                    round(m["bytes"] / mib, 1),
+                    m["leaves"],
+                    m["rows"],
+                    round(m["seconds"], 1),
+                    round(m["rss_before"] / mib),
+                    round(m["rss_peak"] / mib),
+                    round((m["rss_peak"] - m["rss_before"]) / mib),
+                    round(m["store_alone"] / mib),
+                    round((m["rss_peak"] - m["rss_before"] - m["store_alone"]) / mib),
+                    round(m["rows_at_once"] / mib),
+                ]
+                for m in runs
             ],
-            ["path", "texts/s", "÷ ideal (target ≥ 0.9)"],
+            [
+                "text MiB",
+                "leaves",
+                "rows",
+                "seconds",
+                "RSS before MiB",
+                "peak MiB",
+                "growth MiB",
+                "store alone MiB",
+                "growth − store MiB",
+                "its rows at once MiB",
+            ],
         )
     )
-    if args.memory_bytes:
-        m = spawn("memory", args)
-        mib = 1024 * 1024
-        print(
-            f"\nmemory: one {m['bytes'] / mib:.1f} MiB English text through IngestDocuments, "
-            f"scripted endpoint without delay, fresh process (resident set sampled every 20 ms):"
-        )
-        print(
-            table(
-                [
-                    [
-                        m["leaves"],
-                        m["rows"],
-                        round(m["seconds"], 1),
-                        round(m["rss_before"] / mib),
-                        round(m["rss_peak"] / mib),
-                        round((m["rss_peak"] - m["rss_before"]) / mib),
-                        round(m["rows_at_once"] / mib),
-                    ]
-                ],
-                [
-                    "leaves",
-                    "rows",
-                    "seconds",
-                    "RSS before MiB",
-                    "peak MiB",
-                    "growth MiB",
-                    "its rows at once MiB",
-                ],
-            )
-        )
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -424,12 +559,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--queries", type=int, default=30)
     p.add_argument(
+        "--scripted-docs",
+        type=int,
+        default=int(os.environ.get("BENCH_INGEST_SCRIPTED_DOCS", "300")),
+        help="SciFact abstracts the scripted-endpoint comparison ingests (300 ≈ 1,100 leaves)",
+    )
+    p.add_argument(
         "--memory-bytes",
         type=int,
         default=int(os.environ.get("BENCH_INGEST_MEMORY_BYTES", str(20 * 1024 * 1024))),
         help="size of the text the memory check ingests (20 MiB by default; 0 skips it)",
     )
+    p.add_argument(
+        "--only",
+        choices=["embedder", "scripted", "memory"],
+        help="run one part: the built-in embedder and files, the scripted endpoint, or memory",
+    )
     p.add_argument("--child", choices=["old", "new", "memory"], help=argparse.SUPPRESS)
+    p.add_argument("--memory-db", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 

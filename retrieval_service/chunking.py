@@ -4,7 +4,7 @@ L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from retrieval_service.leaf_context import leaf_header, page_contexts, with_header
@@ -169,8 +169,21 @@ def chunk_document(
     Ids are `{filename}::p{page}::l{level}::{n}` with one counter per (page, level). Unlike the
     reference, counters continue when two loader pages share a page number, so ids stay unique
     within a document (REFERENCE.md §6.13)."""
+    return list(iter_chunks(filename, file_type, pages, config, file_path=file_path))
+
+
+def iter_chunks(
+    filename: str,
+    file_type: str,
+    pages: Sequence[Page],
+    config: ChunkingConfig,
+    *,
+    file_path: str | None = None,
+) -> Iterator[ChunkRecord]:
+    """`chunk_document` one chunk at a time: what is held at once is one page's L1 pieces and
+    one L1's L2 and L3 pieces, not the document's chunks (the ingest streams them)."""
     counters: dict[tuple[int, int], int] = {}
-    records: list[ChunkRecord] = []
+    emitted = 0
     path = file_path if file_path is not None else filename
 
     def next_id(page: int, level: int) -> str:
@@ -179,13 +192,15 @@ def chunk_document(
         return f"{filename}::p{page}::l{level}::{n}"
 
     def make(text: str, page: int, level: int, parent: str, root: str | None) -> ChunkRecord:
+        nonlocal emitted
         chunk_id = next_id(page, level)
+        emitted += 1
         return ChunkRecord(
             chunk_id=chunk_id,
             parent_chunk_id=parent,
             root_chunk_id=root or chunk_id,
             chunk_level=level,
-            chunk_idx=len(records),
+            chunk_idx=emitted - 1,
             text=text,
             filename=filename,
             file_type=file_type,
@@ -201,17 +216,16 @@ def chunk_document(
             continue
         for l1_text, l1_at in _located(text, 0, config.l1, seps):
             l1 = make(l1_text, number, 1, "", None)
-            records.append(l1)
+            yield l1
             for l2_text, l2_at in _located(l1_text, l1_at, config.l2, seps):
                 l2 = make(l2_text, number, 2, l1.chunk_id, l1.chunk_id)
-                records.append(l2)
+                yield l2
                 for l3_text, l3_at in _located(l2_text, l2_at, config.l3, seps):
                     leaf = make(l3_text, number, 3, l2.chunk_id, l1.chunk_id)
                     if contexts is not None:
                         end = len(text) if l3_at is None else l3_at + len(l3_text)
                         leaf = replace(leaf, context=leaf_header(contexts[index], l3_at, end))
-                    records.append(leaf)
-    return records
+                    yield leaf
 
 
 def _located(

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence, Sized
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -87,26 +88,34 @@ def _shifted_progress(
 
 async def embed_windows(
     embedder: Embedder,
-    texts: Sequence[str],
+    texts: Iterable[str],
     window: int,
     *,
+    total: int | None = None,
     on_batch: ProgressCallback | None = None,
     deadline: float | None = None,
 ) -> AsyncGenerator[tuple[int, np.ndarray]]:
     """Yields `(offset, vectors)` for each window of `window` texts, in order. The next window
     is already embedding while the consumer handles the current one (one window of look-ahead),
     so a consumer that writes each window to the store overlaps writing with embedding while
-    holding at most two windows of vectors. `on_batch(done, total)` counts over all `texts`
-    (one window embeds at a time, so the counts only grow)."""
+    holding at most two windows of vectors. `texts` is read a window at a time, in a worker
+    thread (a generator may split documents as it is read: the first piece of a 20 MiB page
+    took 1.5 s), and never more than two windows ahead of what was yielded; `total` is its
+    length when it has none. `on_batch(done, total)` counts over all `texts` (one window embeds at a
+    time, so the counts only grow)."""
     if window <= 0:
         raise ValueError("window must be positive")
-    total = len(texts)
-    offsets = iter(range(0, total, window))
+    if total is None:
+        total = len(texts) if isinstance(texts, Sized) else 0
+    source = iter(texts)
+    next_offset = 0
 
-    def launch(offset: int | None) -> tuple[int, asyncio.Task[np.ndarray]] | None:
-        if offset is None:
+    async def launch() -> tuple[int, asyncio.Task[np.ndarray]] | None:
+        nonlocal next_offset
+        batch = await asyncio.to_thread(lambda: list(itertools.islice(source, window)))
+        if not batch:
             return None
-        batch = list(texts[offset : offset + window])
+        offset, next_offset = next_offset, next_offset + len(batch)
         progress = (
             None
             if on_batch is None
@@ -116,12 +125,12 @@ async def embed_windows(
             embedder.embed_passages(batch, on_batch=progress, deadline=deadline)
         )
 
-    pending = launch(next(offsets, None))
+    pending = await launch()
     try:
         while pending is not None:
             offset, task = pending
             vectors = await task
-            pending = launch(next(offsets, None))
+            pending = await launch()
             yield offset, vectors
     finally:
         if pending is not None:

@@ -21,14 +21,15 @@ import contextlib
 import logging
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from retrieval_service.chunk_store import ChunkStore
-from retrieval_service.chunking import ChunkingConfig, ChunkRecord, chunk_document
+from retrieval_service.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
 from retrieval_service.embedding import Embedder, embed_windows, normalise
 from retrieval_service.loaders import (
     FILE_TYPES_BY_EXTENSION,
@@ -136,65 +137,114 @@ PENDING_WINDOWS = 16
 # upsert per level, one commit record upsert for every document it completes): when writes
 # lag, fewer and larger Milvus calls; the bound keeps the rows built at once small.
 MAX_FLUSH_LEAVES = 256
+# Milvus Lite buffers written rows in its in-process memtable until a flush or 128 MB of
+# Arrow buffers (plus its Python index over them): a long write seals every this many rows,
+# which lowered the peak of a 2 MiB document's ingest by ≈ 110 MiB (README "Ingestion").
+SEAL_EVERY_ROWS = 4096
 # StreamIngestDocuments reports at least this often while a call runs.
 HEARTBEAT_SECONDS = 1.0
 
 Row = dict[str, Any]
-#: One embedding window as the writer receives it: each leaf with its vector and its version.
-Window = list[tuple["_Version", ChunkRecord, np.ndarray]]
+#: A leaf with the parents it is the last leaf of (its L2 before the L1 around it).
+Closing = tuple[ChunkRecord, tuple[ChunkRecord, ...]]
+#: One embedding window as the writer receives it: each leaf with the parents it completes,
+#: its vector and its version.
+Window = list[tuple["_Version", ChunkRecord, tuple[ChunkRecord, ...], np.ndarray]]
+
+
+def closing_leaves(records: Iterable[ChunkRecord]) -> Iterator[Closing]:
+    """Each leaf of a depth-first chunk stream (`iter_chunks`) with the parents it is the last
+    leaf of, known one record later: a new L2 closes the open L2, a new L1 both. A parent
+    without leaves (which the splitter never makes) is a ValueError."""
+    open_parents: dict[int, ChunkRecord] = {}
+    last: ChunkRecord | None = None
+    for c in records:
+        if c.chunk_level == 3:
+            if last is not None:
+                yield last, ()
+            last = c
+            continue
+        closing = [lvl for lvl in (2, 1) if lvl >= c.chunk_level and lvl in open_parents]
+        if last is not None:
+            yield last, tuple(open_parents.pop(lvl) for lvl in closing)
+            last = None
+        elif closing:
+            raise ValueError(f"chunk {open_parents[closing[0]].chunk_id} has no leaves")
+        open_parents[c.chunk_level] = c
+    if last is not None:
+        yield last, tuple(open_parents.pop(lvl) for lvl in (2, 1) if lvl in open_parents)
+    elif open_parents:
+        raise ValueError(f"chunk {next(iter(open_parents.values())).chunk_id} has no leaves")
 
 
 @dataclass(slots=True)
 class _Prepared:
+    """One parsed document: its loaded pages and how many chunks each page has per level
+    (which names every chunk id of the version). The chunks themselves are split again as
+    the leaves embed (`leaves`), so a large document's three levels of chunks (≈ 3.5 × its
+    text, plus an object per chunk) are never held at once: a second split costs less than
+    a tenth of what embedding the leaves does."""
+
     filename: str
     file_type: str
-    pages: int
-    chunks: list[ChunkRecord]
-    leaves: list[ChunkRecord] = field(init=False)
+    loaded: list[Page]
+    chunking: ChunkingConfig
+    counts: dict[str, list[int]] = field(default_factory=dict)
+    leaf_count: int = 0
 
-    def __post_init__(self) -> None:
-        self.leaves = [c for c in self.chunks if c.chunk_level == 3]
+    @property
+    def pages(self) -> int:
+        return len(self.loaded)
+
+    @classmethod
+    def of(
+        cls, filename: str, file_type: str, loaded: list[Page], chunking: ChunkingConfig
+    ) -> _Prepared:
+        """Splits once to count (and to check the tree), keeping no chunk."""
+        doc = cls(filename, file_type, loaded, chunking)
+
+        def counted(records: Iterable[ChunkRecord]) -> Iterator[ChunkRecord]:
+            for c in records:
+                doc.counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
+                yield c
+
+        doc.leaf_count = sum(1 for _ in closing_leaves(counted(doc._chunks())))
+        return doc
+
+    def _chunks(self) -> Iterator[ChunkRecord]:
+        return iter_chunks(self.filename, self.file_type, self.loaded, self.chunking)
+
+    def leaves(self) -> Iterator[Closing]:
+        """The leaves in order, each with the parents it completes."""
+        return closing_leaves(self._chunks())
 
 
 class _Version:
-    """The new version of one document while its rows are written piecewise: which parents
-    each leaf completes, and the vectors of the leaves of each parent not yet written (a
-    parent's vector is the normalised mean of its leaves'), so at most one L1's leaf vectors
-    are held per document."""
+    """The new version of one document while its rows are written piecewise: the vectors of
+    the leaves of each parent not yet written (a parent's vector is the normalised mean of
+    its leaves'), so at most one L1's leaf vectors are held per document."""
 
     def __init__(self, doc: _Prepared) -> None:
         self.doc = doc
-        counts: dict[str, list[int]] = {}
-        for c in doc.chunks:
-            counts.setdefault(c.page_number, [0, 0, 0])[c.chunk_level - 1] += 1
         self.entry = DocumentEntry(
-            doc.filename, doc.file_type, doc.pages, counts, new_version(), PENDING
+            doc.filename, doc.file_type, doc.pages, doc.counts, new_version(), PENDING
         )
         self.replaced = False
         self.committed = False
-        self.leaves_left = len(doc.leaves)
-        last_leaf: dict[str, str] = {}
-        for leaf in doc.leaves:
-            last_leaf[leaf.parent_chunk_id] = leaf.chunk_id
-            last_leaf[leaf.root_chunk_id] = leaf.chunk_id
-        self._closes: dict[str, list[ChunkRecord]] = {}
-        for c in doc.chunks:
-            if c.chunk_level < 3:
-                if c.chunk_id not in last_leaf:  # cannot happen for a non-empty parent
-                    raise ValueError(f"chunk {c.chunk_id} has no leaves")
-                self._closes.setdefault(last_leaf[c.chunk_id], []).append(c)
-        for parents in self._closes.values():
-            parents.sort(key=lambda c: -c.chunk_level)  # L2 before the L1 around it
+        self.leaves_left = doc.leaf_count
         self._held: dict[str, list[np.ndarray]] = {}
 
-    def take(self, leaf: ChunkRecord, vector: np.ndarray) -> list[tuple[ChunkRecord, np.ndarray]]:
-        """Records one embedded leaf; returns the parents it completes, with their vectors."""
+    def take(
+        self, leaf: ChunkRecord, closes: Sequence[ChunkRecord], vector: np.ndarray
+    ) -> list[tuple[ChunkRecord, np.ndarray]]:
+        """Records one embedded leaf; returns the parents it completes (`closes`), with their
+        vectors."""
         self._held.setdefault(leaf.parent_chunk_id, []).append(vector)
         self._held.setdefault(leaf.root_chunk_id, []).append(vector)
         self.leaves_left -= 1
         return [
             (parent, normalise(np.mean(np.stack(self._held.pop(parent.chunk_id)), axis=0)))
-            for parent in self._closes.pop(leaf.chunk_id, ())
+            for parent in closes
         ]
 
     def report(self) -> IngestedDocument:
@@ -218,7 +268,7 @@ class _ProgressCounter:
         self._docs: list[tuple[str, int, int]] = []
         offset = 0
         for p in prepared:
-            n = len(p.leaves)
+            n = p.leaf_count
             self._docs.append((p.filename, offset, n))
             offset += n
         self._sink = sink
@@ -335,10 +385,10 @@ class Ingestor:
                 f"is {len(doc.content)} bytes, at most {self._max_bytes}",
             )
         pages = load_pages(doc.content, file_type, f"{prefix}.content", doc.filename)
-        chunks = chunk_document(doc.filename, file_type, pages, self._chunking)
-        if not any(c.chunk_level == 3 for c in chunks):
+        prepared = _Prepared.of(doc.filename, file_type, pages, self._chunking)
+        if not prepared.leaf_count:
             raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
-        return _Prepared(doc.filename, file_type, len(pages), chunks)
+        return prepared
 
     async def _embed(
         self,
@@ -351,13 +401,24 @@ class Ingestor:
         small documents still fills every window) and hands each window to the writer. Only
         leaves go through the model: embedding is the ingest bottleneck, and a parent's mean
         vector keeps level-2 recall sound (README "Ingestion")."""
-        leaves = [(v, c) for v in versions for c in v.doc.leaves]
+        # The leaves are split from the documents' pages as the windows are read (at most two
+        # windows ahead of the one handed over), and wait here for their vectors.
+        owners: deque[tuple[_Version, ChunkRecord, tuple[ChunkRecord, ...]]] = deque()
+
+        def texts() -> Iterator[str]:
+            for v in versions:
+                for leaf, closes in v.doc.leaves():
+                    owners.append((v, leaf, closes))
+                    yield leaf.embedded_text
+
+        total = sum(v.doc.leaf_count for v in versions)
         if progress is not None:
             progress.advance(0)
         windows = embed_windows(
             self._embedder,
-            [c.embedded_text for _, c in leaves],
+            texts(),
             self._window,
+            total=total,
             on_batch=progress.advance if progress is not None else None,
             deadline=deadline,
         )
@@ -372,20 +433,22 @@ class Ingestor:
                 except EMBEDDER_FAILURES as exc:
                     log.error("embedding the passages failed", exc_info=exc)
                     raise DependencyUnavailable("embedder", "the embedding model failed") from exc
-                owners = leaves[offset : offset + self._window]
+                expected = min(self._window, total - offset)
                 vectors = np.asarray(vectors, dtype=np.float32)
-                if vectors.shape != (len(owners), self._embedder.dim):
-                    log.error("embedder returned shape %s for %d texts", vectors.shape, len(owners))
+                if vectors.shape != (expected, self._embedder.dim):
+                    log.error("embedder returned shape %s for %d texts", vectors.shape, expected)
                     raise DependencyUnavailable("embedder", "the embedding model failed")
-                window = [(v, c, vec) for (v, c), vec in zip(owners, vectors, strict=True)]
+                window: Window = [(*owners.popleft(), vec) for vec in vectors]
                 await handover.put(window, len(window))
 
     async def _write_windows(
         self, handover: _Handover[Window], reports: list[IngestedDocument]
     ) -> None:
         """Writes each embedded window as it arrives, together with every window already
-        waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes."""
+        waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes;
+        seals every SEAL_EVERY_ROWS rows."""
         closed = False
+        unsealed = 0
         while not closed:
             first = await handover.get()
             if first is None:
@@ -400,6 +463,10 @@ class Ingestor:
             rows, completed = await asyncio.to_thread(_stage, [w for w, _ in taken])
             async with self._lock:
                 await self._flush(rows, completed)
+                unsealed += sum(map(len, rows.values()))
+                if unsealed >= SEAL_EVERY_ROWS:
+                    await self._seal()
+                    unsealed = 0
             reports.extend(v.report() for v in completed)
             for _, size in taken:
                 await handover.done(size)
@@ -696,9 +763,9 @@ def _stage(windows: list[Window]) -> tuple[dict[int, list[Row]], list[_Version]]
     rows: dict[int, list[Row]] = {lvl: [] for lvl in LEVELS}
     completed: list[_Version] = []
     for window in windows:
-        for v, leaf, vector in window:
+        for v, leaf, closes, vector in window:
             rows[3].append(store_row(leaf, vector, v.entry.version))
-            for parent, mean in v.take(leaf, vector):
+            for parent, mean in v.take(leaf, closes, vector):
                 rows[parent.chunk_level].append(store_row(parent, mean, v.entry.version))
             if v.leaves_left == 0:
                 completed.append(v)
