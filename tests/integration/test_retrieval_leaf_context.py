@@ -55,9 +55,11 @@ async def test_header_reaches_the_model_and_bm25_not_the_caller(tmp_path, embedd
         assert fins and not any(d["text"].startswith(f"{TITLE} ›") for d in fins)
 
 
-async def test_default_embeds_the_leaf_alone(tmp_path, embeddings) -> None:
+async def test_turned_off_it_embeds_the_leaf_alone(tmp_path, embeddings) -> None:
     embeddings.requests.clear()
-    async with serving(str(tmp_path / "kb.db"), embeddings, chunking=None) as svc:
+    async with serving(
+        str(tmp_path / "kb.db"), embeddings, chunking=None, leaf_context_header=False
+    ) as svc:
         await svc.ingest(("fins.md", DOC * 20))
         passages = [t for r in embeddings.requests for t in r["input"]]
         assert passages and not any(p.startswith(TITLE) for p in passages)
@@ -65,11 +67,9 @@ async def test_default_embeds_the_leaf_alone(tmp_path, embeddings) -> None:
         assert len(hits) < len(passages)  # only leaves holding the title itself match
 
 
-async def test_setting_turns_it_on_through_the_composition_root(tmp_path, embeddings) -> None:
+async def test_it_is_on_by_default_through_the_composition_root(tmp_path, embeddings) -> None:
     embeddings.requests.clear()
-    async with serving(
-        str(tmp_path / "kb.db"), embeddings, chunking=None, leaf_context_header=True
-    ) as svc:
+    async with serving(str(tmp_path / "kb.db"), embeddings, chunking=None) as svc:
         await svc.ingest(("fins.md", DOC * 20))
         passages = [t for r in embeddings.requests for t in r["input"]]
         assert any(p.startswith(TITLE) for p in passages)  # unheaded leaves open with "#"
