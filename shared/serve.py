@@ -114,6 +114,32 @@ def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., Any
     return wrapper
 
 
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _rewrapped(
+    handler: grpc.RpcMethodHandler[Any, Any] | None, method: str, unary: Wrap, stream: Wrap
+) -> grpc.RpcMethodHandler[Any, Any] | None:
+    """`handler` with its behaviour wrapped by `unary` (unary-unary) or `stream`
+    (unary-stream). Request-streaming handlers and the open services (health, reflection)
+    pass through untouched."""
+    if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
+        return handler
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            unary(handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            stream(handler.unary_stream),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
+
+
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Maps `DomainError`s to status codes through STATUS_FOR_ERROR; anything else becomes
     INTERNAL with a generic message and a logged traceback."""
@@ -127,21 +153,12 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method or ""
-        if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
-            return handler
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return _rewrapped(
+            handler,
+            method,
+            lambda behavior: _wrap_unary(behavior, method),
+            lambda behavior: _wrap_stream(behavior, method),
+        )
 
 
 class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
@@ -199,21 +216,7 @@ class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method or ""
-        if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
-            return handler
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return _rewrapped(handler, method, self._wrap_unary, self._wrap_stream)
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
