@@ -75,6 +75,9 @@ async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) ->
         ),
     )
     assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
+    if app.store.lite is not None:
+        # The Milvus Lite child died → NOT_SERVING until its restart (lite_process.py).
+        app.store.lite.on_health = server.set_serving
 
     async def stop() -> None:
         reconciler.cancel()

