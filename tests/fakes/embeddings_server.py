@@ -1,6 +1,8 @@
 """A scripted OpenAI-compatible embeddings endpoint on 127.0.0.1 speaking the real wire
-protocol: `POST /embeddings` with `Authorization: Bearer …` and `{model, input: [text…]}` →
-`{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model"}`.
+protocol: `POST /embeddings` with `Authorization: Bearer …` and `{model, input: [text…],
+encoding_format?}` → `{"object": "list", "data": [{"object": "embedding", "index",
+"embedding"}], "model"}`, each embedding a list of floats or, for `encoding_format: "base64"`,
+base64 of little-endian float32 as OpenAI sends it.
 
 Vectors are deterministic per text (a seeded random unit vector of `dim` floats), so the same
 text always embeds the same. `batch_delay` holds every reply that long (a fixed cost per
@@ -10,6 +12,7 @@ server was handling at once."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
@@ -34,10 +37,17 @@ def text_vector(text: str, dim: int) -> list[float]:
     return (vector / np.linalg.norm(vector)).astype(np.float32).tolist()
 
 
+def _base64(vector: list[float]) -> str:
+    """`encoding_format: "base64"` as OpenAI answers it: little-endian float32 bytes."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
 class EmbeddingsServer:
-    def __init__(self, dim: int = 64, *, batch_delay: float = 0.0) -> None:
+    def __init__(self, dim: int = 64, *, batch_delay: float = 0.0, base64: bool = True) -> None:
+        """`base64=False`: a server that ignores `encoding_format` and always sends floats."""
         self.dim = dim
         self.batch_delay = batch_delay
+        self.base64 = base64
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.max_in_flight = 0
@@ -48,6 +58,9 @@ class EmbeddingsServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
+            # Headers and body go out in two writes: without TCP_NODELAY (which real servers
+            # set) a small body waits ≈ 40 ms for the client's delayed ACK of the headers.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 return None
@@ -104,11 +117,13 @@ class EmbeddingsServer:
     def reply(self, body: dict[str, Any]) -> dict[str, Any]:
         texts = body.get("input", [])
         texts = [texts] if isinstance(texts, str) else texts
+        wants = self.base64 and body.get("encoding_format") == "base64"
+        encode = _base64 if wants else (lambda v: v)
         return {
             "object": "list",
             "model": body.get("model", ""),
             "data": [
-                {"object": "embedding", "index": i, "embedding": text_vector(t, self.dim)}
+                {"object": "embedding", "index": i, "embedding": encode(text_vector(t, self.dim))}
                 for i, t in enumerate(texts)
             ],
         }

@@ -127,6 +127,43 @@ async def test_windows_arrive_in_order_and_cover_every_text(endpoint) -> None:
     np.testing.assert_allclose(stacked, np.asarray([text_vector(t, DIM) for t in texts]), atol=1e-6)
 
 
+async def test_windows_keep_the_endpoint_busy_across_their_boundaries(endpoint) -> None:
+    """The next window's batches queue behind the current one's: with windows of one batch
+    and two requests allowed in flight, two are in flight, and progress still only grows."""
+    endpoint.batch_delay = 0.05
+    texts = [f"leaf {i}" for i in range(12)]
+    progress: list[int] = []
+    embedder = client(endpoint, batch_size=3, concurrency=2)
+    try:
+        windows = [
+            o
+            async for o, _ in embed_windows(
+                embedder, texts, 3, on_batch=lambda done, _total: progress.append(done)
+            )
+        ]
+    finally:
+        await embedder.aclose()
+    assert windows == [0, 3, 6, 9]
+    assert endpoint.max_in_flight == 2
+    assert progress == sorted(progress) and progress[-1] == 12
+
+
+@pytest.mark.parametrize("base64", [True, False], ids=["base64", "floats"])
+async def test_vectors_arrive_as_base64_or_as_floats(base64) -> None:
+    """The client asks for base64 (4 bytes a number instead of ≈ 20 characters of JSON), and
+    reads the list of floats a server that ignores `encoding_format` sends instead."""
+    server = EmbeddingsServer(DIM, base64=base64).start()
+    embedder = client(server)
+    try:
+        vectors = await embedder.embed_passages(["a", "b", "c"])
+    finally:
+        await embedder.aclose()
+        server.stop()
+    assert server.requests[0]["encoding_format"] == "base64"
+    expected = np.asarray([text_vector(t, DIM) for t in "abc"], dtype=np.float32)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+
+
 def test_cgroup_v2_quota_is_the_smallest_on_the_path(tmp_path: Path) -> None:
     proc = tmp_path / "cgroup"
     proc.write_text("0::/kubepods/pod1/ctr\n")
