@@ -290,8 +290,14 @@ class MilvusStore:
             client.flush(name)
 
     async def seal(self) -> None:
-        """Make the rows written so far searchable through the indexes (see `_seal`)."""
-        await self.run(self._seal)
+        """Make the rows written so far searchable through the indexes (see `_seal`). The
+        collections are flushed at once: Milvus Lite writes each one's segment in its own
+        request thread, and pyarrow releases the GIL while it writes."""
+        if not self.config.embedded:
+            return
+        await asyncio.gather(
+            *(self.run(lambda c, n=name: c.flush(n)) for name in self.all_collections())
+        )
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._client.close)
