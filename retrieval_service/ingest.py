@@ -38,7 +38,14 @@ from retrieval_service.loaders import (
     resolve_file_type,
 )
 from retrieval_service.metrics import record_ingested
-from retrieval_service.milvus_schema import COMMITTED, LEVELS, PENDING, TOMBSTONE, version_pk
+from retrieval_service.milvus_schema import (
+    COMMITTED,
+    LEVELS,
+    PENDING,
+    TOMBSTONE,
+    UNANALYSED,
+    version_pk,
+)
 from retrieval_service.pipeline import EMBEDDER_FAILURES
 from retrieval_service.registry import (
     DocumentEntry,
@@ -361,8 +368,12 @@ class Ingestor:
         max_document_bytes: int,
         window: int | None = None,
         checkpoint: Checkpoint = no_checkpoint,
+        bm25_levels: Iterable[int] = LEVELS,
     ) -> None:
+        """`bm25_levels`: the levels whose rows carry their BM25 text (the recalled level,
+        LEAF_RETRIEVE_LEVEL, or all with BM25_ALL_LEVELS); the others carry `UNANALYSED`."""
         self._milvus = milvus
+        self._bm25_levels = frozenset(bm25_levels)
         self._chunks = chunks
         self._registry = registry
         self._embedder = embedder
@@ -462,7 +473,9 @@ class Ingestor:
                     closed = True
                     break
                 taken.append(more)
-            rows, completed = await asyncio.to_thread(_stage, [w for w, _ in taken])
+            rows, completed = await asyncio.to_thread(
+                _stage, [w for w, _ in taken], self._bm25_levels
+            )
             async with self._lock:
                 await self._flush(rows, completed)
                 unsealed += sum(map(len, rows.values()))
@@ -761,29 +774,36 @@ def embedding_window(embedder: Embedder) -> int:
     return max(MIN_WINDOW, batch * concurrency)
 
 
-def _stage(windows: list[Window]) -> tuple[dict[int, list[Row]], list[_Version]]:
+def _stage(
+    windows: list[Window], bm25_levels: frozenset[int] = frozenset(LEVELS)
+) -> tuple[dict[int, list[Row]], list[_Version]]:
     """The rows of embedded windows (their leaves and every parent they complete) per level,
     and the versions they complete."""
     rows: dict[int, list[Row]] = {lvl: [] for lvl in LEVELS}
     completed: list[_Version] = []
     for window in windows:
         for v, leaf, closes, vector in window:
-            rows[3].append(store_row(leaf, vector, v.entry.version))
+            rows[3].append(store_row(leaf, vector, v.entry.version, 3 in bm25_levels))
             for parent, mean in v.take(leaf, closes, vector):
-                rows[parent.chunk_level].append(store_row(parent, mean, v.entry.version))
+                rows[parent.chunk_level].append(
+                    store_row(parent, mean, v.entry.version, parent.chunk_level in bm25_levels)
+                )
             if v.leaves_left == 0:
                 completed.append(v)
     return rows, completed
 
 
-def store_row(c: ChunkRecord, vector: np.ndarray, version: str) -> dict[str, Any]:
-    """The Milvus row of one version of a chunk: its record fields plus the dense vector."""
+def store_row(
+    c: ChunkRecord, vector: np.ndarray, version: str, analysed: bool = True
+) -> dict[str, Any]:
+    """The Milvus row of one version of a chunk: its record fields plus the dense vector, and
+    its BM25 text when `analysed` (else `UNANALYSED`: nothing for the analyser to read)."""
     return {
         "pk": version_pk(c.chunk_id, version),
         "chunk_id": c.chunk_id,
         "version": version,
         "text": c.text,
-        "bm25_text": bm25_text(c.embedded_text),
+        "bm25_text": bm25_text(c.embedded_text) if analysed else UNANALYSED,
         "dense": vector.tolist(),
         "filename": c.filename,
         "file_type": c.file_type,

@@ -20,6 +20,12 @@ ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
 #: What a BM25 index without explicit parameters scores with (Milvus and Milvus Lite alike).
 BM25_DEFAULTS: dict[str, float] = {"bm25_k1": 1.5, "bm25_b": 0.75}
 LEVELS = (1, 2, 3)
+#: The BM25 text of a row whose level recall does not search with BM25 (every level but
+#: LEAF_RETRIEVE_LEVEL's, unless BM25_ALL_LEVELS): a lone space, which the analyser reads as no
+#: terms at all. Milvus Lite's jieba analysis is most of an insert's cost and the parents
+#: carry two thirds of the characters; recall at a level holding such rows is refused at
+#: start-up (`unanalysed_problem`). No chunk's own BM25 text is ever a lone space.
+UNANALYSED = " "
 #: Appended to `MILVUS_COLLECTION`: the versioned layout (a `pk` per chunk version, commit
 #: records in the registry) lives in new collections, so a store of the earlier layout
 #: (`{collection}_l1` …, keyed by chunk_id) is left alone instead of failing the schema check.
@@ -249,4 +255,19 @@ def bm25_spec(text: str, limit: int, level: int, *, drop_ratio: float) -> Search
         param={"metric_type": "BM25", "params": {"drop_ratio_search": drop_ratio}},
         limit=limit,
         expr=level_filter(level),
+    )
+
+
+def unanalysed_problem(level: int, collection: str, example_filename: str | None) -> str | None:
+    """The start-up failure for recall at `level` over a collection holding rows written
+    without their BM25 text (`UNANALYSED`), or None when it holds none."""
+    if example_filename is None:
+        return None
+    return (
+        f"LEAF_RETRIEVE_LEVEL={level}: collection {collection!r} holds chunks written without "
+        f"their BM25 text (e.g. of {example_filename!r}), because they were ingested while "
+        "LEAF_RETRIEVE_LEVEL named another level and BM25_ALL_LEVELS was off; recall at this "
+        "level would find them by their vectors only. Remedy: start the service with the "
+        "previous LEAF_RETRIEVE_LEVEL and BM25_ALL_LEVELS=true, re-ingest the documents, "
+        "then switch; or ingest into a fresh store (MILVUS_COLLECTION / MILVUS_URI)."
     )

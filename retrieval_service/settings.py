@@ -31,6 +31,15 @@ class RetrievalSettings(ServerSettings):
     # (`candidate_k_config_error`), not a start-up failure (SPEC.md §5 G).
     retrieval_candidate_k: str | None = None
     leaf_retrieve_level: int = Field(3, ge=1, le=3)
+    # Off by default: on Milvus Lite the BM25 analysis of the parents was two thirds of an
+    # ingest's store cost (README "Ingestion"); a store ingested without it refuses to start
+    # at another LEAF_RETRIEVE_LEVEL, naming the remedy.
+    bm25_all_levels: bool = Field(
+        False,
+        description="Write the BM25 text on the rows of all three levels, not only "
+        "LEAF_RETRIEVE_LEVEL's, so that the store can later be recalled at any level "
+        "without re-ingesting (≈ ×2 the store's insert cost on Milvus Lite).",
+    )
     auto_merge_enabled: bool = True
     auto_merge_threshold: int = 2
 

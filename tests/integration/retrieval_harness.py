@@ -194,14 +194,17 @@ def corpus_documents() -> list[SourceDocument]:
 
 @lru_cache(maxsize=1)
 def corpus_template() -> Path:
-    """A Milvus Lite data directory holding the ingested corpus, built once per process."""
+    """A Milvus Lite data directory holding the ingested corpus, built once per process, with
+    the BM25 text on every level (BM25_ALL_LEVELS) so tests may recall it at any level."""
     root = Path(tempfile.mkdtemp(prefix="retrieval-corpus-"))
     atexit.register(shutil.rmtree, root, True)
     db = root / "corpus.db"
 
     async def build() -> None:
         app = await create_app(
-            RetrievalSettings(milvus_uri=str(db)), embedder=model(), chunking=SMALL
+            RetrievalSettings(milvus_uri=str(db), bm25_all_levels=True),
+            embedder=model(),
+            chunking=SMALL,
         )
         try:
             await app.ingestor.ingest(corpus_documents())

@@ -12,7 +12,7 @@ import pytest
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.app import create_app
-from retrieval_service.milvus_schema import LEVELS
+from retrieval_service.milvus_schema import LEVELS, UNANALYSED
 from retrieval_service.settings import RetrievalSettings
 from retrieval_service.store import StoreConfig
 from shared.errors import ConfigurationError
@@ -307,3 +307,46 @@ async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tm
         assert "supermew_chunks" not in details and str(tmp_path) not in details
         assert "Exception" not in details and "filename" not in details
 
+
+async def test_a_store_ingested_for_another_recall_level_refuses_to_start(tmp_path) -> None:
+    """Only the recalled level's rows carry their BM25 text (BM25_ALL_LEVELS off); starting
+    the same store at another LEAF_RETRIEVE_LEVEL fails, naming the setting and the remedy,
+    instead of recalling those rows by their vectors only."""
+    db = tmp_path / "kb.db"
+    async with running_service(db) as svc:
+        await svc.ingest(("asyncio.md", ASYNCIO_EN.encode()))
+        with raw_client(svc) as raw:
+            texts = {
+                lvl: {
+                    r["bm25_text"]
+                    for r in raw.query(
+                        svc.app.store.level_collection(lvl),
+                        filter="",
+                        output_fields=["bm25_text"],
+                        limit=1000,
+                    )
+                }
+                for lvl in LEVELS
+            }
+    assert texts[1] == texts[2] == {UNANALYSED}
+    assert texts[3] and UNANALYSED not in texts[3]
+    for level in (1, 2):
+        with pytest.raises(ConfigurationError) as err:
+            async with running_service(db, leaf_retrieve_level=level):
+                pass
+        message = str(err.value)
+        assert f"LEAF_RETRIEVE_LEVEL={level}" in message and "BM25_ALL_LEVELS=true" in message
+        assert "asyncio.md" in message
+    async with running_service(db) as svc:
+        docs, meta = await svc.retrieve("how do I add a timeout to an awaitable", top_k=3)
+    assert meta["retrieval_mode"] == "hybrid" and "wait_for" in docs[0]["text"]
+
+
+async def test_bm25_on_all_levels_lets_the_recall_level_change(tmp_path) -> None:
+    db = tmp_path / "kb.db"
+    async with running_service(db, bm25_all_levels=True) as svc:
+        await svc.ingest(("asyncio.md", ASYNCIO_EN.encode()))
+    async with running_service(db, leaf_retrieve_level=2) as svc:
+        docs, meta = await svc.retrieve("how do I add a timeout to an awaitable", top_k=3)
+    assert meta["leaf_retrieve_level"] == 2 and meta["retrieval_mode"] == "hybrid"
+    assert docs and all(d["chunk_level"] <= 2 for d in docs)
