@@ -15,8 +15,9 @@
   insert + flush of the same rows into collections of the same schema (the store alone);
 - memory: a 1 MiB and a `--memory-bytes` English text (20 MiB, the largest document allowed)
   through IngestDocuments against the scripted endpoint with no delay, each in a fresh process:
-  resident memory before and at its peak (sampled every 20 ms), beside the size of the rows it
-  writes, which the streamed write never holds at once.
+  resident memory of the service's process and of its Milvus Lite child before and at their
+  peaks (sampled every 20 ms), beside the size of the rows it writes, which the streamed write
+  never holds at once.
 
     python -m bench.retrieval_ingest [--docs N] [--file-bytes BYTES] [--queries N]
                                      [--scripted-docs N] [--memory-bytes BYTES]
@@ -225,12 +226,12 @@ async def scripted_ingest(docs: dict[str, str], delay: float) -> dict[str, float
     return {"alone": alone, "ingest": leaves / seconds, "max_in_flight": server.max_in_flight}
 
 
-def raw_store(docs: dict[str, str], parent_bm25: bool = True) -> dict[str, float]:
+def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float]:
     """The store alone: the rows an ingest of `docs` writes (all three levels, random unit
-    vectors), inserted with plain pymilvus calls of 1,000 rows into fresh collections of the
-    service's schema, then flushed, as an ingest seals its writes. Leaves/s and rows/s.
-    `parent_bm25=False` empties the L1/L2 rows' BM25 text: what the store would cost if
-    parents, which recall searches only with LEAF_RETRIEVE_LEVEL 1 or 2, were not analysed."""
+    vectors, BM25 text on the leaves only as the service writes them at LEAF_RETRIEVE_LEVEL 3,
+    or on every level with `all_levels`, as BM25_ALL_LEVELS does), inserted with plain pymilvus
+    calls of 1,000 rows into fresh collections of the service's schema on an in-process Milvus
+    Lite, then flushed, as an ingest seals its writes. Leaves/s and rows/s."""
     from pymilvus import MilvusClient
 
     from retrieval_service import milvus_schema as schema
@@ -241,10 +242,10 @@ def raw_store(docs: dict[str, str], parent_bm25: bool = True) -> dict[str, float
     for name, text in docs.items():
         for c in chunk_document(name, "Text", [Page(0, text)], CHUNKING):
             vector = rng.standard_normal(384).astype(np.float32)
-            row = store_row(c, vector / np.linalg.norm(vector), "raw")
-            if not parent_bm25 and c.chunk_level < 3:
-                row["bm25_text"] = ""
-            rows[c.chunk_level].append(row)
+            analysed = all_levels or c.chunk_level == 3
+            rows[c.chunk_level].append(
+                store_row(c, vector / np.linalg.norm(vector), "raw", analysed)
+            )
     with scratch_db("bench-ingest-raw-") as db:
         client = MilvusClient(db)
         try:
@@ -277,7 +278,7 @@ async def scripted(args: argparse.Namespace) -> dict[str, Any]:
         "delayed": await scripted_ingest(docs, SCRIPTED_DELAY),
         "instant": await scripted_ingest(docs, 0.0),
         "raw": raw_store(docs),
-        "raw_leaf_bm25": raw_store(docs, parent_bm25=False),
+        "raw_all_levels": raw_store(docs, all_levels=True),
     }
 
 
@@ -289,18 +290,29 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-class PeakRss:
-    """The largest resident set seen while the block runs (sampled in a thread)."""
+def rss_of(pid: int | None) -> int:
+    """The resident set of process `pid` (this one when None), 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
-    def __init__(self, every: float = 0.02) -> None:
-        self.peak = rss_bytes()
+
+class PeakRss:
+    """The largest resident set of process `pid` (this one when None) seen while the block
+    runs (sampled in a thread)."""
+
+    def __init__(self, every: float = 0.02, pid: int | None = None) -> None:
+        self._pid = pid
+        self.peak = rss_of(pid)
         self._every = every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(self._every):
-            self.peak = max(self.peak, rss_bytes())
+            self.peak = max(self.peak, rss_of(self._pid))
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -309,7 +321,7 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
+        self.peak = max(self.peak, rss_of(self._pid))
 
 
 STORE_ALONE = """
@@ -347,8 +359,9 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
         with scratch_db("bench-ingest-memory-", keep=args.memory_db) as db:
             app = await create_app(bench_settings(db), embedder=embedder)
             try:
-                before = rss_bytes()
-                with PeakRss() as peak:
+                lite = app.store.lite.pid if app.store.lite is not None else None
+                before, lite_before = rss_bytes(), rss_of(lite) if lite else 0
+                with PeakRss() as peak, PeakRss(pid=lite) as lite_peak:
                     seconds, leaves = await ingest_seconds(app, {"large.txt": text})
                 counts = await app.registry.get("large.txt")
             finally:
@@ -373,6 +386,8 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": seconds,
         "rss_before": before,
         "rss_peak": peak.peak,
+        "lite_before": lite_before if lite else 0,
+        "lite_peak": lite_peak.peak if lite else 0,
         "rows_at_once": rows * row_bytes,
     }
 
@@ -495,8 +510,8 @@ def report_scripted(s: dict[str, Any]) -> None:
                 row("IngestDocuments, endpoint without delay (write path)", instant["ingest"]),
                 row("raw pymilvus insert + flush of the same rows (store)", raw["ingest"]),
                 row(
-                    "same, parents' BM25 text left empty (store, leaves analysed only)",
-                    s["raw_leaf_bm25"]["ingest"],
+                    "same, BM25 text on all levels (store with BM25_ALL_LEVELS)",
+                    s["raw_all_levels"]["ingest"],
                 ),
             ],
             ["path", "leaves/s", "rows/s", "÷ ideal (target ≥ 0.9)"],
@@ -512,8 +527,9 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
     mib = 1024 * 1024
     print(
         "\nmemory: English text through IngestDocuments, scripted endpoint without delay, "
-        "a fresh process each (resident set sampled every 20 ms); store alone = the growth of "
-        "another fresh process opening the written store (Milvus Lite is in-process):"
+        "a fresh process each (resident sets sampled every 20 ms): the service's own process, "
+        "and the Milvus Lite child it runs the store in; store alone = the growth of another "
+        "fresh process opening the written store in-process (what Lite holds for those rows):"
     )
     print(
         table(
@@ -526,8 +542,10 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
                     round(m["rss_before"] / mib),
                     round(m["rss_peak"] / mib),
                     round((m["rss_peak"] - m["rss_before"]) / mib),
+                    round(m["lite_before"] / mib),
+                    round(m["lite_peak"] / mib),
+                    round((m["lite_peak"] - m["lite_before"]) / mib),
                     round(m["store_alone"] / mib),
-                    round((m["rss_peak"] - m["rss_before"] - m["store_alone"]) / mib),
                     round(m["rows_at_once"] / mib),
                 ]
                 for m in runs
@@ -537,11 +555,13 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
                 "leaves",
                 "rows",
                 "seconds",
-                "RSS before MiB",
-                "peak MiB",
-                "growth MiB",
+                "service before MiB",
+                "service peak MiB",
+                "service growth MiB",
+                "Lite before MiB",
+                "Lite peak MiB",
+                "Lite growth MiB",
                 "store alone MiB",
-                "growth − store MiB",
                 "its rows at once MiB",
             ],
         )
