@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import itertools
 import logging
 import os
 import signal
@@ -91,8 +92,14 @@ class LiteProcess:
             argv.append("--kill-with-parent")
         # pymilvus, which the child imports, rejects a file path in MILVUS_URI.
         env = {k: v for k, v in os.environ.items() if k != "MILVUS_URI"}
+        # Its own session: a terminal's Ctrl-C (SIGINT to the foreground group) must not stop
+        # the store while the service drains; the service ends the child itself.
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
         assert proc.stdout is not None
         try:
@@ -123,14 +130,14 @@ class LiteProcess:
                 self._proc.pid, status,
             )  # fmt: skip
             await self._report(False)
-            for attempt in range(10**9):
+            for attempt in itertools.count():
                 delay = RESTART_BACKOFF_SECONDS[min(attempt, len(RESTART_BACKOFF_SECONDS) - 1)]
                 await asyncio.sleep(delay)
                 if self._closing:
                     return
                 try:
                     await self._spawn()
-                except (ConfigurationError, OSError) as exc:
+                except (ConfigurationError, OSError, TimeoutError) as exc:
                     log.warning("restarting Milvus Lite failed (%s); retrying", exc)
                     continue
                 break
@@ -175,8 +182,10 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 def _die_with_parent(parent: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (AttributeError, OSError):  # not Linux: the stdin watch alone ends the child
+        return
     if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
 
@@ -222,7 +231,7 @@ def child_main(argv: list[str]) -> int:
 
     threading.Thread(target=watch_stdin, daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def report(line: str) -> None:
         sys.stdout.write(line + "\n")
