@@ -158,6 +158,13 @@ def doc_metrics(ranked: list[str], relevant: set[str]) -> tuple[float, float, fl
 # ---- the service on a scratch store --------------------------------------------------------
 
 
+def store_uri(app: Any) -> str:
+    """Where a second, raw pymilvus client reaches a running app's store: its Milvus Lite child
+    (which holds the data directory's lock) or the Milvus server URI."""
+    lite = app.store.lite
+    return str(lite.uri if lite is not None else app.store.config.uri)
+
+
 @contextmanager
 def scratch_db(prefix: str, keep: str | None = None) -> Iterator[str]:
     """A Milvus Lite path in a fresh temp dir, removed afterwards; `keep` = a path to reuse

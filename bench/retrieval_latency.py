@@ -30,6 +30,7 @@ from bench._retrieval_rig import (
     quiet,
     scratch_db,
     serve_modes,
+    store_uri,
     table,
 )
 from retrieval_service.app import create_app
@@ -136,7 +137,7 @@ async def one_size(size: int, queries: int, seed: int) -> list:
     size -= size % LEAVES_PER_PARENT
     with scratch_db(f"bench-latency-{size}-") as db:
         app = await create_app(bench_settings(db), embedder=HashingEmbedder(DIM))
-        raw = MilvusClient(uri=db)
+        raw = MilvusClient(uri=store_uri(app))
         try:
             leaf_collection, parent_collection = (
                 app.store.level_collection(3),

@@ -42,6 +42,7 @@ from bench._retrieval_rig import (
     scratch_db,
     selection,
     serve_modes,
+    store_uri,
     table,
     time_async,
     time_sync,
@@ -227,7 +228,7 @@ async def run(args: argparse.Namespace) -> None:
         )
         from pymilvus import MilvusClient
 
-        raw = MilvusClient(uri=db)  # the same in-process Milvus Lite, reached directly
+        raw = MilvusClient(uri=store_uri(app))  # the same Milvus Lite child, reached directly
         try:
             async with serve_modes(app, MODES) as endpoints:
                 todo = await missing_abstracts(app, doc_ids)
