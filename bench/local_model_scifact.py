@@ -7,7 +7,9 @@ compare its verdict with the judgements:
 - graded answerable = evidence_grade's answerability is sufficient or partial (the route is
   not no_knowledge); "answer" counts only the strict route = answer.
 
-Prints precision and recall of "answerable" (and of the strict route) over the claims.
+Prints precision and recall of "answerable" (and of the strict route) over the claims, for
+the claims with even ids (the grader's thresholds were calibrated on these), with odd ids
+(held out) and all of them.
 
     python -m bench.local_model_scifact [--limit DOCS] [--claims N] [--db PATH]
         [--unseen N] [--cache FILE]
@@ -109,6 +111,17 @@ class Tally:
     answered_relevant: int = 0
     answerable: Counter[tuple[bool, bool]] = field(default_factory=Counter)
 
+    def add(self, route: str, answerability: str, *, relevant: bool, supported: bool) -> None:
+        """One graded claim: `relevant` = a judged abstract retrieved, `supported` = one in the
+        graded window."""
+        self.claims += 1
+        self.relevant += relevant
+        self.answerable[(answerability != "none", relevant)] += 1
+        if route == "answer":
+            self.answers += 1
+            self.answers_supported += supported
+            self.answered_relevant += relevant
+
     def row(self, label: str) -> list[object]:
         p, r = precision_recall(self.answerable)
         return [
@@ -131,24 +144,26 @@ async def run(args: argparse.Namespace) -> None:
     quiet()
     retrieved, top_k = await retrieve_all(args)
     model = LocalModel()
-    groups = {"in store": Tally(), "unseen": Tally()}
+    groups = {
+        "in store, even ids (calibration)": Tally(),
+        "in store, odd ids (held out)": Tally(),
+        "in store": Tally(),
+        "unseen": Tally(),
+    }
     verdicts: Counter[tuple[str, bool]] = Counter()
-    for item in retrieved.values():
+    for claim_id, item in retrieved.items():
         docs, judged = item["docs"], set(item["qrels"])
         relevant = any(d["filename"].removesuffix(".txt") in judged for d in docs)
         verdict = await model.grade_evidence(item["claim"], docs)
         verdicts[(verdict.route, relevant)] += 1
-        tally = groups["in store" if item["in_store"] else "unseen"]
-        tally.claims += 1
-        tally.relevant += relevant
-        tally.answerable[(verdict.answerability != "none", relevant)] += 1
-        if verdict.route == "answer":
-            tally.answers += 1
-            window = docs[:WINDOW]
-            tally.answers_supported += any(
-                d["filename"].removesuffix(".txt") in judged for d in window
-            )
-            tally.answered_relevant += relevant
+        if item["in_store"]:
+            half = "even ids (calibration)" if int(claim_id) % 2 == 0 else "odd ids (held out)"
+            tallies = [groups["in store"], groups[f"in store, {half}"]]
+        else:
+            tallies = [groups["unseen"]]
+        supported = any(d["filename"].removesuffix(".txt") in judged for d in docs[:WINDOW])
+        for tally in tallies:
+            tally.add(verdict.route, verdict.answerability, relevant=relevant, supported=supported)
     print(
         f"SciFact train claims, {len(retrieved)} graded, top_k {top_k} chunks per claim. "
         "'in store': claims whose judged abstracts are all in the store (the issue's "
