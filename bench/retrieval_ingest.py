@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -34,8 +35,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 from supermew.v1 import retrieval_pb2
 
@@ -202,28 +205,55 @@ async def file_end_to_end(embedder: Embedder, label: str, text: str) -> dict[str
 # ---- the scripted endpoint -----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def endpoint_process(delay: float) -> Iterator[str]:
+    """A scripted embeddings endpoint of `delay` s per batch in its own process, as a remote
+    endpoint is (in this process its JSON and vector work would share the service's
+    interpreter lock, and count against the service); its base URL."""
+    argv = [sys.executable, "-m", "tests.fakes.embeddings_server", "--dim=384"]
+    proc = subprocess.Popen(
+        [*argv, f"--batch-delay={delay}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        if line[:1] != ["port"]:
+            raise RuntimeError("the scripted embeddings endpoint did not start")
+        yield f"http://127.0.0.1:{line[1]}"
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
+async def endpoint_stats(base_url: str) -> dict[str, int]:
+    async with httpx.AsyncClient() as client:
+        return (await client.get(f"{base_url}/stats")).json()
+
+
 async def scripted_ingest(docs: dict[str, str], delay: float) -> dict[str, float]:
     """The embedder alone, then IngestDocuments, against a scripted endpoint of `delay` s per
-    batch: texts/s each, and the most requests it saw in flight."""
-    from tests.fakes.embeddings_server import EmbeddingsServer
-
+    batch in another process: texts/s each, and the most requests it saw in flight."""
     texts = leaves_of(docs)
-    server = EmbeddingsServer(384, batch_delay=delay).start()
-    embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
-    try:
-        started = time.perf_counter()
-        await embedder.embed_passages(texts)
-        alone = len(texts) / (time.perf_counter() - started)
-        with scratch_db("bench-ingest-scripted-") as db:
-            app = await create_app(bench_settings(db), embedder=embedder)
-            try:
-                seconds, leaves = await ingest_seconds(app, docs)
-            finally:
-                await app.aclose(close_embedder=False)
-    finally:
-        await embedder.aclose()
-        server.stop()
-    return {"alone": alone, "ingest": leaves / seconds, "max_in_flight": server.max_in_flight}
+    with endpoint_process(delay) as base_url:
+        embedder = OpenAIEmbedder(base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
+        try:
+            started = time.perf_counter()
+            await embedder.embed_passages(texts)
+            alone = len(texts) / (time.perf_counter() - started)
+            with scratch_db("bench-ingest-scripted-") as db:
+                app = await create_app(bench_settings(db), embedder=embedder)
+                try:
+                    seconds, leaves = await ingest_seconds(app, docs)
+                finally:
+                    await app.aclose(close_embedder=False)
+            stats = await endpoint_stats(base_url)
+        finally:
+            await embedder.aclose()
+    return {"alone": alone, "ingest": leaves / seconds, "max_in_flight": stats["max_in_flight"]}
 
 
 def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float]:
@@ -349,26 +379,24 @@ def store_alone(db: str) -> int:
 
 async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     from retrieval_service.ingest import store_row
-    from tests.fakes.embeddings_server import EmbeddingsServer
 
     quiet()
     text = english_file(args.memory_bytes)
-    server = EmbeddingsServer(384).start()
-    embedder = OpenAIEmbedder(server.base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
-    try:
-        with scratch_db("bench-ingest-memory-", keep=args.memory_db) as db:
-            app = await create_app(bench_settings(db), embedder=embedder)
-            try:
-                lite = app.store.lite.pid if app.store.lite is not None else None
-                before, lite_before = rss_bytes(), rss_of(lite) if lite else 0
-                with PeakRss() as peak, PeakRss(pid=lite) as lite_peak:
-                    seconds, leaves = await ingest_seconds(app, {"large.txt": text})
-                counts = await app.registry.get("large.txt")
-            finally:
-                await app.aclose(close_embedder=False)
-    finally:
-        await embedder.aclose()
-        server.stop()
+    with endpoint_process(0.0) as base_url:
+        embedder = OpenAIEmbedder(base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
+        try:
+            with scratch_db("bench-ingest-memory-", keep=args.memory_db) as db:
+                app = await create_app(bench_settings(db), embedder=embedder)
+                try:
+                    lite = app.store.lite.pid if app.store.lite is not None else None
+                    before, lite_before = rss_bytes(), rss_of(lite) if lite else 0
+                    with PeakRss() as peak, PeakRss(pid=lite) as lite_peak:
+                        seconds, leaves = await ingest_seconds(app, {"large.txt": text})
+                    counts = await app.registry.get("large.txt")
+                finally:
+                    await app.aclose(close_embedder=False)
+        finally:
+            await embedder.aclose()
     assert counts is not None
     rows = sum(counts.level_count(lvl) for lvl in (1, 2, 3))
     # What a row weighs as built for an upsert (its vector a list of Python floats), averaged

@@ -383,6 +383,8 @@ class Ingestor:
         self._checkpoint = checkpoint
         # One writer per process at a time; across processes, versions order the writers.
         self._lock = asyncio.Lock()
+        self._sealer: asyncio.Future[None] | None = None
+        self._needs_seal = False
 
     # ---- ingest ---------------------------------------------------------------------------
 
@@ -580,12 +582,11 @@ class Ingestor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             unfinished = [v.entry for v in versions if not v.committed]
-            if unfinished or reports:
+            if unfinished:
                 async with self._lock:
-                    if unfinished:
-                        await self._discard_quietly(unfinished)
-                    if reports:
-                        await self._seal()
+                    await self._discard_quietly(unfinished)
+            if reports:
+                self._seal_after_reply()
 
     async def ingest_events(
         self,
@@ -632,6 +633,26 @@ class Ingestor:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _seal_after_reply(self) -> None:
+        """Seals the last rows of an ingest once its caller has the reply: the rows are
+        durable and searchable already (Lite walks them in its memtable until then), and the
+        final seal was the largest part of an ingest's tail (README "Ingestion"). One sealer
+        runs at a time; a call that wrote meanwhile makes it seal once more."""
+        self._needs_seal = True
+        if self._sealer is None or self._sealer.done():
+            self._sealer = asyncio.ensure_future(self._seal_while_needed())
+
+    async def _seal_while_needed(self) -> None:
+        while self._needs_seal:
+            async with self._lock:
+                self._needs_seal = False
+                await self._seal()
+
+    async def aclose(self) -> None:
+        """Waits for a seal still running after the last reply."""
+        if self._sealer is not None:
+            await self._sealer
 
     async def _seal(self) -> None:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them

@@ -4,6 +4,11 @@ encoding_format?}` → `{"object": "list", "data": [{"object": "embedding", "ind
 "embedding"}], "model"}`, each embedding a list of floats or, for `encoding_format: "base64"`,
 base64 of little-endian float32 as OpenAI sends it.
 
+`python -m tests.fakes.embeddings_server --dim D --batch-delay S` runs one in its own process
+(as a real endpoint is: its JSON and vector work then takes no time from the process under
+measurement), prints `port N` once it listens, serves `GET /stats` (`max_in_flight`,
+`texts_embedded`) and exits when its standard input closes.
+
 Vectors are deterministic per text (a seeded random unit vector of `dim` floats), so the same
 text always embeds the same. `batch_delay` holds every reply that long (a fixed cost per
 batch, as a remote model has); `fail_next(status, …)` scripts the next replies' errors, e.g.
@@ -64,6 +69,17 @@ class EmbeddingsServer:
 
             def log_message(self, *args: Any) -> None:
                 return None
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") != "/stats":
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                with server._lock:
+                    stats = {
+                        "max_in_flight": server.max_in_flight,
+                        "texts_embedded": server.texts_embedded,
+                    }
+                self._send(200, stats)
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -143,3 +159,21 @@ class EmbeddingsServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def main() -> None:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--batch-delay", type=float, default=0.0)
+    args = parser.parse_args()
+    server = EmbeddingsServer(args.dim, batch_delay=args.batch_delay).start()
+    print(f"port {server.port}", flush=True)
+    sys.stdin.read()  # until the parent closes the pipe (or exits)
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
