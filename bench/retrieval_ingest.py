@@ -14,10 +14,11 @@
   IngestDocuments against the endpoint with no delay (the write path alone) and a raw pymilvus
   insert + flush of the same rows into collections of the same schema (the store alone);
 - memory: a 1 MiB and a `--memory-bytes` English text (20 MiB, the largest document allowed)
-  through IngestDocuments against the scripted endpoint with no delay, each in a fresh process:
-  resident memory of the service's process and of its Milvus Lite child before and at their
-  peaks (sampled every 20 ms), beside the size of the rows it writes, which the streamed write
-  never holds at once.
+  through IngestDocuments of a fresh `python -m retrieval_service` each, against the scripted
+  endpoint with no delay (both in processes of their own, so neither the endpoint nor the
+  client's copies of the request count): resident memory of the service's process and of its
+  Milvus Lite child before and at their peaks (sampled every 20 ms), beside the size of the
+  rows it writes, which the streamed write never holds at once.
 
     python -m bench.retrieval_ingest [--docs N] [--file-bytes BYTES] [--queries N]
                                      [--scripted-docs N] [--memory-bytes BYTES]
@@ -31,6 +32,7 @@ import contextlib
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -38,9 +40,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
-from supermew.v1 import retrieval_pb2
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from bench._retrieval_rig import (
     SCIFACT_DIR,
@@ -331,18 +334,27 @@ def rss_of(pid: int | None) -> int:
 
 class PeakRss:
     """The largest resident set of process `pid` (this one when None) seen while the block
-    runs (sampled in a thread)."""
+    runs (sampled in a thread), and the largest by a point of it (`peak_by`)."""
 
     def __init__(self, every: float = 0.02, pid: int | None = None) -> None:
         self._pid = pid
         self.peak = rss_of(pid)
         self._every = every
+        self._started = time.monotonic()
+        self._samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(self._every):
-            self.peak = max(self.peak, rss_of(self._pid))
+            rss = rss_of(self._pid)
+            self._samples.append((time.monotonic() - self._started, rss))
+            self.peak = max(self.peak, rss)
+
+    def peak_by(self, share: float) -> int:
+        """The largest resident set in the first `share` of the block's time."""
+        end = self._samples[-1][0] * share if self._samples else 0.0
+        return max((rss for at, rss in self._samples if at <= end), default=self.peak)
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -377,28 +389,90 @@ def store_alone(db: str) -> int:
     return after - before
 
 
+@contextlib.contextmanager
+def service_process(db: str, base_url: str) -> Iterator[tuple[int, int, str]]:
+    """`python -m retrieval_service` as deployed, on store `db`, embedding through the
+    endpoint at `base_url` (SCRIPTED batches): its pid, its Milvus Lite child's pid and its
+    address, once it listens."""
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MILVUS_", "SUPERMEW_", "EMBEDDING_", "OMP_", "GOMP_"))
+    }
+    env.update(
+        MILVUS_URI=db,
+        RETRIEVAL_PORT=str(port),
+        BIND_HOST="127.0.0.1",
+        LOG_LEVEL="WARNING",
+        EMBEDDING_BASE_URL=base_url,
+        EMBEDDING_MODEL="scripted",
+        EMBEDDING_DIM="384",
+        EMBEDDING_CONCURRENCY=str(SCRIPTED["concurrency"]),
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "retrieval_service"], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the retrieval service did not start")
+            time.sleep(0.1)
+        yield proc.pid, lite_child(proc.pid), f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def lite_child(pid: int) -> int:
+    """The service's Milvus Lite child: its one child process running `lite_process`."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/cmdline", "rb") as cmd:
+                    if b"lite_process" in cmd.read():
+                        return int(child)
+    raise RuntimeError("the retrieval service runs no Milvus Lite child")
+
+
 async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     from retrieval_service.ingest import store_row
 
     quiet()
     text = english_file(args.memory_bytes)
-    with endpoint_process(0.0) as base_url:
-        embedder = OpenAIEmbedder(base_url, "scripted", 384, **SCRIPTED)  # type: ignore[arg-type]
-        try:
-            with scratch_db("bench-ingest-memory-", keep=args.memory_db) as db:
-                app = await create_app(bench_settings(db), embedder=embedder)
-                try:
-                    lite = app.store.lite.pid if app.store.lite is not None else None
-                    before, lite_before = rss_bytes(), rss_of(lite) if lite else 0
-                    with PeakRss() as peak, PeakRss(pid=lite) as lite_peak:
-                        seconds, leaves = await ingest_seconds(app, {"large.txt": text})
-                    counts = await app.registry.get("large.txt")
-                finally:
-                    await app.aclose(close_embedder=False)
-        finally:
-            await embedder.aclose()
-    assert counts is not None
-    rows = sum(counts.level_count(lvl) for lvl in (1, 2, 3))
+    request = retrieval_pb2.IngestDocumentsRequest(
+        documents=[retrieval_pb2.SourceDocument(filename="large.txt", content=text.encode())]
+    )
+    with (
+        endpoint_process(0.0) as base_url,
+        scratch_db("bench-ingest-memory-", keep=args.memory_db) as db,
+        service_process(db, base_url) as (pid, lite, address),
+    ):
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            await stub.ListDocuments(retrieval_pb2.ListDocumentsRequest())  # connected
+            before, lite_before = rss_of(pid), rss_of(lite)
+            with PeakRss(pid=pid) as peak, PeakRss(pid=lite) as lite_peak:
+                started = time.perf_counter()
+                reply = await stub.IngestDocuments(request, timeout=3600)
+                seconds = time.perf_counter() - started
+    counts = reply.documents[0]
+    # By a tenth of the call the document is parsed and the pipeline full: growth after it
+    # would be the pipeline holding what it has written.
+    rows = counts.l1_chunks + counts.l2_chunks + counts.l3_chunks
     # What a row weighs as built for an upsert (its vector a list of Python floats), averaged
     # over a sample of the same text's chunks of every level.
     sample = chunk_document("large.txt", "Text", [Page(0, text[:50000])], CHUNKING)
@@ -409,13 +483,14 @@ async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
     ) / len(built)
     return {
         "bytes": len(text.encode()),
-        "leaves": leaves,
+        "leaves": counts.l3_chunks,
         "rows": rows,
         "seconds": seconds,
         "rss_before": before,
         "rss_peak": peak.peak,
-        "lite_before": lite_before if lite else 0,
-        "lite_peak": lite_peak.peak if lite else 0,
+        "rss_early": peak.peak_by(0.1),
+        "lite_before": lite_before,
+        "lite_peak": lite_peak.peak,
         "rows_at_once": rows * row_bytes,
     }
 
@@ -554,10 +629,11 @@ def report_scripted(s: dict[str, Any]) -> None:
 def report_memory(runs: list[dict[str, Any]]) -> None:
     mib = 1024 * 1024
     print(
-        "\nmemory: English text through IngestDocuments, scripted endpoint without delay, "
-        "a fresh process each (resident sets sampled every 20 ms): the service's own process, "
-        "and the Milvus Lite child it runs the store in; store alone = the growth of another "
-        "fresh process opening the written store in-process (what Lite holds for those rows):"
+        "\nmemory: English text through IngestDocuments of a fresh `python -m retrieval_service` "
+        "each, scripted endpoint without delay, client and endpoint in processes of their own "
+        "(resident sets sampled every 20 ms): the service's own process, and the Milvus Lite "
+        "child it runs the store in; store alone = the growth of another fresh process opening "
+        "the written store in-process (what Lite holds for those rows):"
     )
     print(
         table(
@@ -570,6 +646,7 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
                     round(m["rss_before"] / mib),
                     round(m["rss_peak"] / mib),
                     round((m["rss_peak"] - m["rss_before"]) / mib),
+                    round((m["rss_early"] - m["rss_before"]) / mib),
                     round(m["lite_before"] / mib),
                     round(m["lite_peak"] / mib),
                     round((m["lite_peak"] - m["lite_before"]) / mib),
@@ -586,6 +663,7 @@ def report_memory(runs: list[dict[str, Any]]) -> None:
                 "service before MiB",
                 "service peak MiB",
                 "service growth MiB",
+                "of it by 10 % of the call",
                 "Lite before MiB",
                 "Lite peak MiB",
                 "Lite growth MiB",

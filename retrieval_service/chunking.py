@@ -4,7 +4,9 @@ L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from retrieval_service.leaf_context import leaf_header, page_contexts, with_header
@@ -91,12 +93,18 @@ def split_text(text: str, size: int, overlap: int, separators: Sequence[str]) ->
     greedily up to `size` characters with up to `overlap` characters carried over, and split
     any piece still too long with the next separators. A separator stays at the END of the
     piece it closes (so "。" ends a sentence instead of opening the next chunk)."""
+    return list(iter_split_text(text, size, overlap, separators))
+
+
+def iter_split_text(text: str, size: int, overlap: int, separators: Sequence[str]) -> Iterator[str]:
+    """`split_text` one piece at a time: what is held at once is one piece being merged, not
+    every separator-delimited part of `text` (for a large page, several times its size)."""
     if overlap >= size:
         overlap = max(0, size - 1)
-    return [piece for piece in _split(text, size, overlap, list(separators)) if piece.strip()]
+    return (piece for piece in _split(text, size, overlap, list(separators)) if piece.strip())
 
 
-def _split(text: str, size: int, overlap: int, separators: list[str]) -> list[str]:
+def _split(text: str, size: int, overlap: int, separators: list[str]) -> Iterator[str]:
     separator = separators[-1] if separators else ""
     rest: list[str] = []
     for i, candidate in enumerate(separators):
@@ -106,46 +114,43 @@ def _split(text: str, size: int, overlap: int, separators: list[str]) -> list[st
         if candidate in text:
             separator, rest = candidate, separators[i + 1 :]
             break
-    if separator:
-        parts = text.split(separator)
-        pieces = [p + separator for p in parts[:-1]] + [parts[-1]]
-    else:
-        pieces = list(text)
-    pieces = [p for p in pieces if p]
-
-    out: list[str] = []
-    small: list[str] = []
-    for piece in pieces:
-        if len(piece) <= size:
-            small.append(piece)
+    pieces = _parts(text, separator) if separator else iter(text)
+    # Runs of pieces that fit are merged; a piece too long is split with the next separators.
+    for fits, run in itertools.groupby(pieces, key=lambda piece: len(piece) <= size):
+        if fits:
+            yield from _merge(run, size, overlap)
             continue
-        if small:
-            out.extend(_merge(small, size, overlap))
-            small = []
-        if rest:
-            out.extend(_split(piece, size, overlap, rest))
-        else:
-            out.extend(piece[i : i + size] for i in range(0, len(piece), size))
-    if small:
-        out.extend(_merge(small, size, overlap))
-    return out
+        for piece in run:
+            if rest:
+                yield from _split(piece, size, overlap, rest)
+            else:
+                yield from (piece[i : i + size] for i in range(0, len(piece), size))
 
 
-def _merge(pieces: list[str], size: int, overlap: int) -> list[str]:
-    docs: list[str] = []
-    current: list[str] = []
+def _parts(text: str, separator: str) -> Iterator[str]:
+    """The non-empty parts of `text` between separators, each ending with the separator that
+    closes it."""
+    start = 0
+    step = len(separator)
+    while (at := text.find(separator, start)) >= 0:
+        yield text[start : at + step]
+        start = at + step
+    if start < len(text):
+        yield text[start:]
+
+
+def _merge(pieces: Iterable[str], size: int, overlap: int) -> Iterator[str]:
+    current: deque[str] = deque()
     total = 0
     for piece in pieces:
         if current and total + len(piece) > size:
-            docs.append("".join(current))
-            # Drop from the front until what is left fits the overlap and leaves room.
+            yield "".join(current).strip()
             while current and (total > overlap or total + len(piece) > size):
-                total -= len(current.pop(0))
+                total -= len(current.popleft())
         current.append(piece)
         total += len(piece)
     if current:
-        docs.append("".join(current))
-    return [d.strip() for d in docs]
+        yield "".join(current).strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,17 +235,15 @@ def iter_chunks(
 
 def _located(
     text: str, base: int | None, sizes: LevelSizes, separators: Sequence[str]
-) -> list[tuple[str, int | None]]:
+) -> Iterator[tuple[str, int | None]]:
     """The pieces of `text` with their offsets in the page (`text` starts at `base`; None =
     unknown). Pieces are stripped substrings whose starts increase, so each is looked for
     after the previous one's start."""
-    out: list[tuple[str, int | None]] = []
     cursor = 0
-    for piece in split_text(text, sizes.size, sizes.overlap, separators):
+    for piece in iter_split_text(text, sizes.size, sizes.overlap, separators):
         at = text.find(piece, cursor)
         if at < 0:
             at = text.find(piece)
-        out.append((piece, None if at < 0 or base is None else base + at))
+        yield piece, None if at < 0 or base is None else base + at
         if at >= 0:
             cursor = at + 1
-    return out

@@ -388,6 +388,9 @@ class Ingestor:
 
     # ---- ingest ---------------------------------------------------------------------------
 
+    def _versions_of(self, documents: Sequence[SourceDocument]) -> list[_Version]:
+        return [_Version(self._parse(i, d)) for i, d in enumerate(documents)]
+
     def _parse(self, index: int, doc: SourceDocument) -> _Prepared:
         prefix = f"documents[{index}]"
         validate_filename(doc.filename, f"{prefix}.filename")
@@ -549,9 +552,10 @@ class Ingestor:
             if doc.filename in seen:
                 raise InvalidArgument(f"documents[{i}].filename", "appears twice in the request")
             seen.add(doc.filename)
-        versions = await asyncio.to_thread(
-            lambda: [_Version(self._parse(i, d)) for i, d in enumerate(documents)]
-        )
+        versions = await asyncio.to_thread(self._versions_of, documents)
+        # The pages hold the text now: the request's bytes need not live as long as the call
+        # (a 20 MiB document's copy), unless the caller keeps them.
+        del documents
         progress = (
             _ProgressCounter([v.doc for v in versions], on_progress, started)
             if on_progress
@@ -609,6 +613,7 @@ class Ingestor:
             changed.set()
 
         task = asyncio.ensure_future(self.ingest(documents, deadline=deadline, on_progress=hear))
+        del documents  # `ingest` lets them go once parsed
         try:
             while not task.done():
                 waiter = asyncio.ensure_future(changed.wait())
@@ -825,7 +830,9 @@ def store_row(
         "version": version,
         "text": c.text,
         "bm25_text": bm25_text(c.embedded_text) if analysed else UNANALYSED,
-        "dense": vector.tolist(),
+        # The array itself: the client turns it into the request's floats row by row, so a
+        # staged write never holds a Python float per dimension (≈ 9 MiB per 256 leaves).
+        "dense": np.asarray(vector, dtype=np.float32),
         "filename": c.filename,
         "file_type": c.file_type,
         "file_path": c.file_path,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import random
+import unicodedata
 
 import pytest
 from hypothesis import given
@@ -20,6 +22,20 @@ SEPS = ChunkingConfig.from_chunk_size().separators
 def test_sanitize_removes_invisible_control_and_private_use() -> None:
     raw = "Cafe\u0301\u200b \ufeffa\u202eb\x00c\x07\td\ne\r\x7f\ue000f\ud800g"
     assert sanitize_text(raw) == "Café ab" + "c\td\ne\rfg"
+
+
+def test_a_long_text_sanitises_by_segments_as_it_would_whole() -> None:
+    """Segments end after a line feed; combining marks, stripped characters and CRLFs on
+    either side of a cut come out as if the text had been sanitised at once."""
+    rng = random.Random(5)
+    alphabet = ["e", "\u0301", "\u0327", "\n", "\r\n", "\u200b", "A", "\u212b", "한", "\ue000", " "]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
+        whole = unicodedata.normalize("NFC", text)
+        whole = "".join(c for c in whole if c not in "\u200b\ue000")
+        assert sanitize_text(text, segment_chars=rng.randint(1, 12)) == whole
+    clean = "plain line\n" * 50
+    assert sanitize_text(clean, segment_chars=7) is clean  # nothing to change: no copy
 
 
 def test_default_sizes_follow_the_reference_formulas() -> None:
