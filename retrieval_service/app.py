@@ -104,7 +104,6 @@ class RetrievalApp:
         return None if self.store.config.embedded else self.settings.reconcile_grace_seconds
 
     async def aclose(self, *, close_embedder: bool = True) -> None:
-        await self.ingestor.aclose()
         await self.reranker.aclose()
         await self.store.aclose()
         if close_embedder:

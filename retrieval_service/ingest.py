@@ -383,8 +383,6 @@ class Ingestor:
         self._checkpoint = checkpoint
         # One writer per process at a time; across processes, versions order the writers.
         self._lock = asyncio.Lock()
-        self._sealer: asyncio.Future[None] | None = None
-        self._needs_seal = False
 
     # ---- ingest ---------------------------------------------------------------------------
 
@@ -586,11 +584,15 @@ class Ingestor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             unfinished = [v.entry for v in versions if not v.committed]
-            if unfinished:
+            if unfinished or reports:
                 async with self._lock:
-                    await self._discard_quietly(unfinished)
-            if reports:
-                self._seal_after_reply()
+                    if unfinished:
+                        await self._discard_quietly(unfinished)
+                    # Before the reply, not after it: while Lite flushes, a search misses the
+                    # rows being flushed (5 of 75 searches right after a reply did, when the
+                    # seal ran after it), and a caller must find what it just ingested.
+                    if reports:
+                        await self._seal()
 
     async def ingest_events(
         self,
@@ -638,26 +640,6 @@ class Ingestor:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-
-    def _seal_after_reply(self) -> None:
-        """Seals the last rows of an ingest once its caller has the reply: the rows are
-        durable and searchable already (Lite walks them in its memtable until then), and the
-        final seal was the largest part of an ingest's tail (README "Ingestion"). One sealer
-        runs at a time; a call that wrote meanwhile makes it seal once more."""
-        self._needs_seal = True
-        if self._sealer is None or self._sealer.done():
-            self._sealer = asyncio.ensure_future(self._seal_while_needed())
-
-    async def _seal_while_needed(self) -> None:
-        while self._needs_seal:
-            async with self._lock:
-                self._needs_seal = False
-                await self._seal()
-
-    async def aclose(self) -> None:
-        """Waits for a seal still running after the last reply."""
-        if self._sealer is not None:
-            await self._sealer
 
     async def _seal(self) -> None:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
