@@ -4,6 +4,7 @@ persistence, and INVALID_ARGUMENT for every bad input with nothing stored change
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -287,6 +288,30 @@ async def test_ingest_seals_rows_into_indexed_segments_on_lite(tmp_path) -> None
         before = len(_lite_segments(db, leaf))
     async with running_service(db) as svc:
         assert len(_lite_segments(db, leaf)) == before + 1
+
+
+async def test_a_document_being_replaced_never_vanishes_from_searches(tmp_path) -> None:
+    """Lite hides the rows it is flushing from searches; an ingest seals after it commits and
+    has removed the older version, so without the store's seal gate a reader searching all
+    along missed the document now and then (4 of 599 searches over 15 replacements). The
+    gate itself is tested exactly in tests/unit/test_retrieval_seal_gate.py."""
+    async with running_service(tmp_path / "replace.db", chunking=None) as svc:
+        await svc.ingest(("tea.txt", "绿茶适合八十度的水冲泡0。".encode()))
+        searches: list[set[str]] = []
+        done = asyncio.Event()
+
+        async def reader() -> None:
+            while not done.is_set():
+                hits = await svc.app.chunks.bm25_search(3, "冲泡", 10)
+                searches.append({h["filename"] for h in hits})
+
+        reading = asyncio.ensure_future(reader())
+        for version in range(1, 21):
+            await svc.ingest(("tea.txt", f"绿茶适合八十度的水冲泡{version}。".encode()))
+        done.set()
+        await reading
+    assert len(searches) > 50
+    assert all(found == {"tea.txt"} for found in searches)
 
 
 async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tmp_path) -> None:
