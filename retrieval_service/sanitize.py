@@ -37,19 +37,25 @@ def sanitize_text(text: str, *, segment_chars: int = SEGMENT_CHARS) -> str:
     text with nothing to change is returned as it is, without a copy."""
     if len(text) <= segment_chars:
         return _sanitize(text)
-    segments = list(_segments(text, segment_chars))
-    if all(_unchanged(text[start:end]) for start, end in segments):
+    # One pass; the segments before the first change are not kept (the text holds them), so a
+    # text with nothing to change is never copied.
+    first_change: int | None = None
+    cleaned: list[str] = []
+    for start, end in _segments(text, segment_chars):
+        segment = text[start:end]
+        clean = _sanitize(segment)
+        if first_change is None:
+            if clean is segment:  # both steps return their argument when they change nothing
+                continue
+            first_change = start
+        cleaned.append(clean)
+    if first_change is None:
         return text
-    return "".join(_sanitize(text[start:end]) for start, end in segments)
+    return "".join([text[:first_change], *cleaned])
 
 
 def _sanitize(text: str) -> str:
     return _STRIP.sub("", unicodedata.normalize("NFC", text))
-
-
-def _unchanged(text: str) -> bool:
-    # Both steps return their argument itself when they change nothing.
-    return _sanitize(text) is text
 
 
 def _segments(text: str, size: int) -> Iterator[tuple[int, int]]:
