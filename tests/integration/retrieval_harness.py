@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import io
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -40,6 +42,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# The service's start-up line (shared/serve.py), with the port it bound.
+SERVING_LINE = re.compile(rb"serving \S*RetrievalService\S* on 127\.0\.0\.1:(\d+)")
+
+
+def spawn_retrieval_service(
+    env: dict[str, str], log: Path, scrub: tuple[str, ...] = ("MILVUS_", "SUPERMEW_")
+) -> tuple[subprocess.Popen[bytes], int]:
+    """`python -m retrieval_service` in a subprocess on 127.0.0.1, its output appended to `log`;
+    returns once it serves, with the port it bound. It binds port 0 and the port is read
+    from its log: a free port picked here could be taken by the service's own Milvus Lite
+    child (also an ephemeral port on loopback) before the service binds it, and a test would
+    then talk to Milvus Lite."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(scrub)}
+    full.update(env)
+    full.update(RETRIEVAL_PORT="0", BIND_HOST="127.0.0.1", LOG_LEVEL="INFO")
+    start = log.stat().st_size if log.exists() else 0
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "retrieval_service"], env=full, stdout=out, stderr=out
+        )
+    deadline = time.monotonic() + 90
+    while True:
+        with log.open("rb") as f:
+            f.seek(start)
+            found = SERVING_LINE.search(f.read())
+        if found:
+            return proc, int(found[1])
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            raise RuntimeError(f"service did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
 
 
 class LiteServer:

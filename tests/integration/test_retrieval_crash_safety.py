@@ -16,12 +16,9 @@ level written and more to come, which the server test checks in the store before
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -44,6 +41,7 @@ from tests.integration.retrieval_harness import (
     Service,
     free_port,
     running_service,
+    spawn_retrieval_service,
 )
 
 DIM = 64
@@ -97,32 +95,10 @@ class ServiceProcess:
     fake endpoint; its log goes to a file for the failure message."""
 
     def __init__(self, log: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
         self.log = log
-        full = {k: v for k, v in os.environ.items() if not k.startswith(("MILVUS_", "SUPERMEW_"))}
-        full.update(env)
-        full.update(RETRIEVAL_PORT=str(self.port), BIND_HOST="127.0.0.1", LOG_LEVEL="INFO")
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "retrieval_service"], env=full, stdout=out, stderr=out
-            )
-        deadline = time.monotonic() + 90
-        while not self._listening():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"service did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+        self.proc, self.port = spawn_retrieval_service(env, log)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = retrieval_pb2_grpc.RetrievalServiceStub(self.channel)
-
-    def _listening(self) -> bool:
-        import socket
-
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return True
-        except OSError:
-            return False
 
     def ingest(self, filename: str, text: str) -> retrieval_pb2.IngestDocumentsResponse:
         return self.stub.IngestDocuments(

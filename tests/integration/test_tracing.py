@@ -9,10 +9,7 @@ calls and the embedding request, whose `traceparent` header names the same trace
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +31,7 @@ from tests.fakes.otlp_receiver import (
     ReceivedSpan,
 )
 from tests.fakes.retrieval_servicer import RetrievalScript, chunk
-from tests.integration.retrieval_harness import free_port
+from tests.integration.retrieval_harness import spawn_retrieval_service
 
 DIM = 64
 QUESTION = "How many days of annual leave does a new employee get?"
@@ -74,40 +71,12 @@ class RetrievalProcess:
     """`python -m retrieval_service` on 127.0.0.1 with its settings and OTEL_* variables."""
 
     def __init__(self, tmp: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
         self.log = tmp / "retrieval.log"
-        full = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("MILVUS_", "SUPERMEW_", "OTEL_", "EMBEDDING_", "RERANK_"))
-        }
-        full.update(env)
-        full.update(
-            RETRIEVAL_PORT=str(self.port),
-            BIND_HOST="127.0.0.1",
-            MILVUS_URI=str(tmp / "kb.db"),
-            LOG_LEVEL="INFO",
+        self.proc, self.port = spawn_retrieval_service(
+            {**env, "MILVUS_URI": str(tmp / "kb.db")},
+            self.log,
+            scrub=("MILVUS_", "SUPERMEW_", "OTEL_", "EMBEDDING_", "RERANK_"),
         )
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "retrieval_service"], env=full, stdout=out, stderr=out
-            )
-        self._wait_serving()
-
-    def _wait_serving(self) -> None:
-        deadline = time.monotonic() + 90
-        with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while True:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"retrieval did not start:\n{self.log.read_text()[-3000:]}")
-                try:
-                    reply = health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    time.sleep(0.1)
 
     def ingest(self, docs: dict[str, str]) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
