@@ -8,6 +8,7 @@ import asyncio
 import atexit
 import io
 import os
+import random
 import re
 import shutil
 import socket
@@ -39,9 +40,18 @@ MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range. A port from `bind(0)` is in
+    that range, and between its release and the test's use any process binding port 0 (a
+    service's own Milvus Lite child does) can be handed it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(10_000, max(low, 10_001)), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 # The service's start-up line (shared/serve.py), with the port it bound.

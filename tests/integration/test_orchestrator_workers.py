@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,16 +22,11 @@ from orchestrator_service.settings import OrchestratorSettings
 from shared.cpus import available_cpus
 from tests.fakes.model_server import FakeModelServer, ModelScript, complexity, grade
 from tests.fakes.retrieval_servicer import FakeRetrieval, RetrievalScript, chunk
+from tests.integration.retrieval_harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 Q = "丹瑾是什么属性？"
 SERVING = health_pb2.HealthCheckResponse.SERVING
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _listeners(port: int) -> int:
@@ -91,7 +85,7 @@ async def running_workers(count: int, *, model_delay: float = 0.0) -> AsyncItera
         FakeModelServer(script, delay=model_delay) as model,
         FakeRetrieval(retrieval_script) as retrieval,
     ):
-        port, health_port, metrics_port = _free_port(), _free_port(), _free_port()
+        port, health_port, metrics_port = free_port(), free_port(), free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "LLM_", "TLS_"))}
         env.update(
             ORCHESTRATOR_WORKERS=str(count),

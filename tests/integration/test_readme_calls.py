@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -17,17 +16,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.integration.retrieval_harness import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEFAULT_PORTS = {"retrieval": 50051, "orchestrator": 50052}
 # Calls that need no knowledge-base content: reflection, health and descriptions.
 INTROSPECTION = re.compile(r"\b(list|describe|Health/Check|--list-methods)\b")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def readme_calls() -> list[str]:
@@ -57,7 +52,7 @@ def _wait_serving(port: int, proc: subprocess.Popen[bytes], timeout: float = 120
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, int]]:
     data = tmp_path_factory.mktemp("readme")
-    ports = {name: _free_port() for name in DEFAULT_PORTS}
+    ports = {name: free_port() for name in DEFAULT_PORTS}
     env = {
         key: value
         for key, value in os.environ.items()
