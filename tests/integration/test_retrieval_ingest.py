@@ -9,10 +9,13 @@ import json
 import re
 
 import grpc
+import numpy as np
 import pytest
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.app import create_app
+from retrieval_service.chunking import Page, chunk_document
+from retrieval_service.ingest import store_row
 from retrieval_service.milvus_schema import LEVELS, UNANALYSED
 from retrieval_service.settings import RetrievalSettings
 from retrieval_service.store import StoreConfig
@@ -375,3 +378,28 @@ async def test_bm25_on_all_levels_lets_the_recall_level_change(tmp_path) -> None
         docs, meta = await svc.retrieve("how do I add a timeout to an awaitable", top_k=3)
     assert meta["leaf_retrieve_level"] == 2 and meta["retrieval_mode"] == "hybrid"
     assert docs and all(d["chunk_level"] <= 2 for d in docs)
+
+
+async def test_a_retried_write_leaves_one_row_per_key_on_lite(tmp_path) -> None:
+    """Milvus Lite gets plain inserts, not upserts (chunk_store): rows written again with the
+    same keys, before and after a seal, are still one row each, and a search finds each once."""
+    text = "Harbour pilots board the freighters at the outer buoy before dawn. " * 12
+    leaves = [
+        c for c in chunk_document("retry.txt", "Text", [Page(0, text)], SMALL) if c.chunk_level == 3
+    ]
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((len(leaves), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    rows = [store_row(c, v, "v1") for c, v in zip(leaves, vectors, strict=True)]
+    async with running_service(tmp_path / "kb.db") as svc:
+        assert svc.app.store.config.embedded
+        chunks = svc.app.chunks
+        await chunks.write_chunks(3, rows)
+        await chunks.write_chunks(3, rows)  # retried while the first copy is unsealed
+        await svc.app.store.seal()
+        await chunks.write_chunks(3, rows)  # and once it is sealed
+        assert await chunks.count(3) == len(rows)
+        found = await chunks.dense_search(3, vectors[0], 20)
+    ids = [r["chunk_id"] for r in found]
+    assert ids.count(leaves[0].chunk_id) == 1
+    assert len(ids) == len(set(ids)) == len(rows)
