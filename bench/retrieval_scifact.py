@@ -243,10 +243,11 @@ async def run(args: argparse.Namespace) -> None:
                 if not args.no_quality:
                     await quality(endpoints, data, claim_ids)
                 texts = [data.claims[q] for q in claim_ids[: args.latency_queries]]
-                matrix = await leaf_vectors(app, raw, app.store.level_collection(3))
-                await measure_latency(
-                    app, endpoints["hybrid+merge"], raw, texts, matrix, "SciFact collection"
-                )
+                if texts:  # --latency-queries 0 skips it: a quality study
+                    matrix = await leaf_vectors(app, raw, app.store.level_collection(3))
+                    await measure_latency(
+                        app, endpoints["hybrid+merge"], raw, texts, matrix, "SciFact collection"
+                    )
         finally:
             raw.close()
             await app.aclose()
