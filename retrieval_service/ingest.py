@@ -2,7 +2,7 @@
 validate → load → sanitise → three-level split for every document, then a pipeline: the
 leaves of all documents embed window by window, and each embedded window is written at once
 (its leaves, and every parent whose leaves are now all embedded: the normalised mean of
-them), several documents' rows per upsert, through a bounded hand-over; plus start-up
+them), several documents' rows per write, through a bounded hand-over; plus start-up
 reconciliation.
 
 The write path is crash-safe (README "Crash safety"): every ingest writes a new *version* of
@@ -72,7 +72,7 @@ MAX_PAGE_SIZE = 1000
 #: `__main__`) ends the process there, and in-process tests pause there.
 Checkpoint = Callable[[str], Awaitable[None]]
 #: Every named step of an ingest and a delete, in order of first arrival. `during_level_N` is
-#: reached after each upsert of level-N rows while their document is not yet committed: for a
+#: reached after each write of level-N rows while their document is not yet committed: for a
 #: document spanning several embedding windows, the first one comes with rows of that level
 #: still to write.
 CRASH_POINTS = (
@@ -141,7 +141,7 @@ MIN_WINDOW = 32
 # write runs, small next to a large document's own vectors (16 × 32 leaves).
 PENDING_WINDOWS = 16
 # The writer takes every window already waiting, up to this many leaves, into one write (one
-# upsert per level, one commit record upsert for every document it completes): when writes
+# write per level, one commit record upsert for every document it completes): when writes
 # lag, fewer and larger Milvus calls; the bound keeps the rows built at once small.
 MAX_FLUSH_LEAVES = 256
 # Milvus Lite buffers written rows in its memtable until a flush or 128 MB of Arrow buffers
@@ -490,7 +490,7 @@ class Ingestor:
                 await handover.done(size)
 
     async def _flush(self, rows: dict[int, list[Row]], completed: list[_Version]) -> None:
-        """One write: the staged rows (several documents', one upsert per level), then the
+        """One write: the staged rows (several documents', one write per level), then the
         commit records of the documents they complete, in one upsert (each record commits its
         own document: a crash between two leaves each document whole, old or new)."""
         try:
