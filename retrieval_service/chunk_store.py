@@ -134,8 +134,8 @@ class ChunkStore:
         # A retried write of the same version must not duplicate rows. A Milvus server keeps
         # both copies of a primary key inserted twice, so it gets upserts. Milvus Lite's
         # insert already replaces a row of the same key (its newest write wins), and its
-        # upsert first reads every row's key back from the memtable and each segment
-        # (≈ 10 % of Lite's CPU in an ingest), which a full row never needs.
+        # upsert first looks every row's key up in the memtable and in each segment, which a
+        # full row never needs (README "What the Lite child spends").
         write = client.insert if self._milvus.config.embedded else client.upsert
         for start in range(0, len(rows), _WRITE_BATCH):
             write(self._collection(level), rows[start : start + _WRITE_BATCH])

@@ -40,18 +40,19 @@ MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
 
 
 def free_port() -> int:
-    """A free loopback port below the kernel's ephemeral range. A port from `bind(0)` is in
-    that range, and between its release and the test's use any process binding port 0 (a
+    """A free loopback port outside the kernel's ephemeral range. A port from `bind(0)` is
+    in that range, and between its release and the test's use any process binding port 0 (a
     service's own Milvus Lite child does) can be handed it."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for port in random.sample(range(10_000, max(low, 10_001)), 200):
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    outside = [*range(10_000, low), *range(high + 1, 65_536)]
+    for port in random.sample(outside, min(200, len(outside))):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free port below the ephemeral range")
+    raise RuntimeError("no free port outside the ephemeral range")
 
 
 # The service's start-up line (shared/serve.py), with the port it bound.
