@@ -51,6 +51,7 @@ import httpx
 import numpy as np
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
+from bench._orchestrator_rig import process_cpu_seconds
 from bench._retrieval_rig import (
     SCIFACT_DIR,
     bench_settings,
@@ -318,10 +319,12 @@ async def scripted_ingest(docs: dict[str, str], delay: float) -> dict[str, float
             with scratch_db("bench-ingest-scripted-") as db:
                 app = await create_app(bench_settings(db), embedder=embedder)
                 try:
-                    lite = app.store.lite.pid if app.store.lite is not None else None
-                    lite_cpu = cpu_seconds(lite)
+                    # The scratch store is embedded: its Lite child runs beside the service.
+                    assert app.store.lite is not None and app.store.lite.pid is not None
+                    lite = app.store.lite.pid
+                    lite_cpu = process_cpu_seconds(lite)
                     seconds, leaves = await ingest_seconds(app, docs)
-                    lite_cpu = cpu_seconds(lite) - lite_cpu
+                    lite_cpu = process_cpu_seconds(lite) - lite_cpu
                 finally:
                     await app.aclose(close_embedder=False)
             stats = await endpoint_stats(base_url)
@@ -335,13 +338,6 @@ async def scripted_ingest(docs: dict[str, str], delay: float) -> dict[str, float
         "lite_ms_per_leaf": lite_cpu * 1000 / leaves,
         "lite_cores": lite_cpu / seconds,
     }
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of process `pid` (this one when None)."""
-    with open(f"/proc/{pid or 'self'}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float]:
