@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shared.lang import CJK_RUN
+
 #: "[3]", "[1, 2]", "[1，2]", "[1、2]": one or more chunk numbers in square brackets.
 MARKER = re.compile(r"\[\s*(\d{1,4}(?:\s*[,，、]\s*\d{1,4})*)\s*\]")
 _MARKER_WITH_SPACE = re.compile(r"[ \t]*" + MARKER.pattern)
@@ -31,7 +33,6 @@ _SENTENCE_END = re.compile(r"[。！？；]+|[.!?]+(?=\s|$)")
 _LINE_PREFIX = re.compile(r"^\s*(?:[-*+•]\s+|\d{1,3}[.)]\s+|>\s*)?")
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _LATIN_WORD = re.compile(r"[a-z0-9]+")
-_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
 _CLAIM_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
 
 
@@ -146,7 +147,7 @@ class MarkerFilter:
 def _tokens(text: str) -> set[str]:
     lowered = text.lower()
     tokens = {word for word in _LATIN_WORD.findall(lowered) if len(word) > 1 or word.isdigit()}
-    for run in _CJK_RUN.findall(lowered):
+    for run in CJK_RUN.findall(lowered):
         tokens.update(run[i : i + 2] for i in range(max(1, len(run) - 1)))
     return tokens
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from shared.lang import CJK_CHAR
+
 REASON_SINGLE_FACT = "obvious_simple_fast_path:single_fact_marker"
 REASON_SHORT_SINGLE_INTENT = "obvious_simple_fast_path:short_single_intent"
 
@@ -26,7 +28,6 @@ SIMPLE_MARKERS: tuple[str, ...] = (
 )  # fmt: skip
 
 _WHITESPACE = re.compile(r"\s+")
-_CJK = re.compile(r"[\u4e00-\u9fff]")
 _TRAILING_PUNCTUATION = "?？。.!！"
 
 
@@ -46,7 +47,7 @@ def fast_path_reason(question: str) -> str | None:
         return None
     if "、" in text:
         return None
-    if _CJK.search(text) and text.count(" ") >= 2:
+    if CJK_CHAR.search(text) and text.count(" ") >= 2:
         return None
     if sum(marker in text for marker in DIMENSION_MARKERS) >= 2:
         return None

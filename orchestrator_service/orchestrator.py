@@ -22,13 +22,13 @@ from orchestrator_service.answer import (
 )
 from orchestrator_service.graph import RagGraph, build_rag_graph, build_resume_graph
 from orchestrator_service.models.base import TASK_ANSWER, ModelClient
-from orchestrator_service.models.local.text import is_chinese
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
 from shared.errors import DeadlineExceeded, ModelOutputInvalid
+from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
 from shared.text_input import check_text
 from shared.trace_fields import RetrievalStatus, Route

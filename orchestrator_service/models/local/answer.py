@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator_service.answer import MARKER, sentences, split_terminal
-from orchestrator_service.models.local.text import Term, is_chinese, key_terms, prepare_evidence
+from orchestrator_service.models.local.text import Term, key_terms, prepare_evidence
+from shared.lang import is_chinese
 
 MAX_SENTENCES = 3
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import jieba
 import jieba.posseg
 
-from orchestrator_service.models.local.text import is_chinese, words
+from orchestrator_service.models.local.text import words
+from shared.lang import is_chinese
 from shared.trace_fields import MAX_SUB_QUESTIONS, Complexity
 
 MAX_ITEM_CHARS_ZH = 16

@@ -33,13 +33,13 @@ from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.text import (
     Evidence,
     Term,
-    is_chinese,
     key_span,
     key_terms,
     prepare_evidence,
     segment,
     sub_headings,
 )
+from shared.lang import is_chinese
 from shared.trace_fields import Ambiguity, Answerability, Relevance, Route
 
 WINDOW = 3

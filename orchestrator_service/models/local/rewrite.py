@@ -20,10 +20,10 @@ from orchestrator_service.models.local.grading import WINDOW, measure_coverage
 from orchestrator_service.models.local.text import (
     Evidence,
     Term,
-    is_chinese,
     key_terms,
     prepare_evidence,
 )
+from shared.lang import is_chinese
 from shared.trace_fields import RewriteMethod
 
 MAX_STEP_BACK_CHARS = 300

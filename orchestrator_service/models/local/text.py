@@ -13,12 +13,11 @@ from typing import Any
 
 import jieba
 
+from shared.lang import CJK_CHAR, CJK_RANGE, ENGLISH_WORD
 from shared.lexical import stem
 
 jieba.setLogLevel(logging.WARNING)
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
-_ENGLISH_WORD = re.compile(r"[a-z0-9]+(?:[.'][a-z0-9]+)*")
 _MARKDOWN_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*$")
 
 
@@ -49,12 +48,6 @@ EN_STOP_WORDS = words(
 )
 
 
-def is_chinese(text: str) -> bool:
-    """Whether `text` is mainly Chinese: it has more CJK characters than English words, so a
-    Chinese question that names `asyncio` is still answered in Chinese."""
-    return len(_CJK.findall(text)) >= len(_ENGLISH_WORD.findall(text.lower()))
-
-
 @dataclass(frozen=True, slots=True)
 class Term:
     """A key term of a question: `surface` as written, `key` the form matched in evidence
@@ -75,12 +68,12 @@ def key_terms(text: str) -> list[Term]:
     terms: dict[str, Term] = {}
     for token in segment(text):
         word = token.strip().lower()
-        if _CJK.search(word):
+        if CJK_CHAR.search(word):
             if word in ZH_STOP_WORDS:
                 continue
             terms.setdefault(word, Term(token, word, chinese=True))
             continue
-        for english in _ENGLISH_WORD.findall(word):
+        for english in ENGLISH_WORD.findall(word):
             if english in EN_STOP_WORDS or (len(english) == 1 and not english.isdigit()):
                 continue
             key = stem(english)
@@ -135,7 +128,7 @@ def evidence_stems(lowered: str) -> frozenset[str]:
     `asyncio.gather` reaches the key terms as `asyncio` and `gather` (jieba splits at the dot)
     while the chunk's regex keeps the name whole."""
     found: set[str] = set()
-    for word in _ENGLISH_WORD.findall(lowered):
+    for word in ENGLISH_WORD.findall(lowered):
         found.add(stem(word))
         if "." in word:
             found.update(stem(part) for part in word.split(".") if part)
@@ -175,7 +168,7 @@ def sub_headings(text: str) -> list[tuple[str, str]]:
 
 #: A unit of length for cropping evidence: one CJK character, or one run of other non-space
 #: characters (an English word with its punctuation).
-_UNIT = re.compile(r"[\u3400-\u9fff]|[^\s\u3400-\u9fff]+")
+_UNIT = re.compile(f"[{CJK_RANGE}]|[^\\s{CJK_RANGE}]+")
 
 
 def key_span(sentence: str, terms: list[Term], width: int) -> str:
