@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import uvloop
 
-from orchestrator_service.app import build_app
+from orchestrator_service.bootstrap import build_app
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.models.remote import DEPENDENCY, RemoteModelClient

@@ -28,10 +28,10 @@ from bench._retrieval_rig import (
 )
 from bench.local_model_run import SAMPLES
 from orchestrator_service.answer import build_citations, clean_markers
-from orchestrator_service.app import build_app
+from orchestrator_service.bootstrap import build_app
 from orchestrator_service.models.local.answer import answer_pieces
 from orchestrator_service.settings import OrchestratorSettings
-from retrieval_service.app import create_app, seed_samples
+from retrieval_service.bootstrap import create_app, seed_samples
 from shared.codec import chunk_from_proto
 
 ROUNDS = 30

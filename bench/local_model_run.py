@@ -25,9 +25,9 @@ from bench._retrieval_rig import (
     serve_modes,
     table,
 )
-from orchestrator_service.app import build_app
+from orchestrator_service.bootstrap import build_app
 from orchestrator_service.settings import OrchestratorSettings
-from retrieval_service.app import create_app, seed_samples
+from retrieval_service.bootstrap import create_app, seed_samples
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ROUNDS = 30

@@ -15,6 +15,7 @@ import httpx
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from bench._orchestrator_rig import median, percentile
+from orchestrator_service.graph import build_graphs
 from orchestrator_service.orchestrator import Orchestrator
 from tests.fakes.in_memory import InMemoryModel, InMemoryRetriever
 from tests.fakes.model_server import ModelScript, complexity, grade, rewrite
@@ -58,7 +59,7 @@ async def _time(fn, n: int) -> list[float]:
 
 
 async def _core() -> dict[str, list[float]]:
-    core = Orchestrator(InMemoryModel(_decide), InMemoryRetriever(lambda q: DOCS))
+    core = Orchestrator(InMemoryModel(_decide), InMemoryRetriever(lambda q: DOCS), build_graphs())
     return {
         name: await _time(lambda q=q: core.run(q), 2000)
         for name, q in (

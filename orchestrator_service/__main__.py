@@ -1,5 +1,6 @@
-"""`python -m orchestrator_service`: the composition root (serves the OrchestratorService).
-`python -m orchestrator_service ask|resume …` is the CLI calling it (orchestrator_service.cli)."""
+"""`python -m orchestrator_service`: settings → logging → serve the OrchestratorService that
+`orchestrator_service.bootstrap` wires. `python -m orchestrator_service ask|resume …` is the
+CLI calling it (orchestrator_service.cli)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli_main(argv)
     import uvloop
 
-    from orchestrator_service.app import serve_app
+    from orchestrator_service.bootstrap import serve_app
 
     # uvloop: ×0.94 CPU per Run (ENVIRONMENT.md §6); workers: one process per core at most.
     return run_service(

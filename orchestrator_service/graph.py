@@ -4,6 +4,7 @@ runtime context (`RunContext`), so one compiled graph serves every request."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeAlias
 
 from langgraph.graph import END, START, StateGraph
@@ -31,6 +32,21 @@ from orchestrator_service.state import RagState
 #: A compiled graph over RagState (input and output too) whose nodes get RunContext; naming the
 #: context type is what lets `ainvoke(..., context=RunContext(...))` type-check.
 RagGraph: TypeAlias = CompiledStateGraph[RagState, RunContext, RagState, RagState]
+
+
+@dataclass(frozen=True, slots=True)
+class Graphs:
+    """The compiled workflows the core runs: `rag` for a new question, `resume` for H0–H2."""
+
+    rag: RagGraph
+    resume: RagGraph
+
+
+def build_graphs() -> Graphs:
+    """Both workflows, compiled. The composition root calls this once per process (compiled
+    graphs are stateless and shared by all requests); tests that drive the core directly call
+    it for their own."""
+    return Graphs(rag=build_rag_graph(), resume=build_resume_graph())
 
 
 def build_rag_graph() -> RagGraph:

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator_service import metrics, steps
 from orchestrator_service.answer import (
@@ -20,7 +20,6 @@ from orchestrator_service.answer import (
     join_note,
     partial_note,
 )
-from orchestrator_service.graph import RagGraph, build_rag_graph, build_resume_graph
 from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
@@ -34,24 +33,15 @@ from shared.text_input import check_text
 from shared.trace_fields import RetrievalStatus, Route
 from shared.tracing import annotate, record_question
 
+if TYPE_CHECKING:  # the graphs come built: the core never imports LangGraph or the nodes
+    from orchestrator_service.graph import Graphs
+
 #: Receives each piece of the answer as it is written (a stream's AnswerDelta events).
 AnswerSink = Callable[[str], None]
 
 
 def _discard(_text: str) -> None:
     return None
-
-
-# One compilation per process: compiled graphs are stateless and shared by all requests.
-_RAG_GRAPH: RagGraph | None = None
-_RESUME_GRAPH: RagGraph | None = None
-
-
-def compiled_graphs() -> tuple[RagGraph, RagGraph]:
-    global _RAG_GRAPH, _RESUME_GRAPH
-    if _RAG_GRAPH is None or _RESUME_GRAPH is None:
-        _RAG_GRAPH, _RESUME_GRAPH = build_rag_graph(), build_resume_graph()
-    return _RAG_GRAPH, _RESUME_GRAPH
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +64,16 @@ class Orchestrator:
         self,
         model: ModelClient,
         retrieval: Retriever,
+        graphs: Graphs,
         *,
         max_question_chars: int = 4000,
     ) -> None:
+        """`graphs`: the compiled workflows (`graph.build_graphs`), built once by the
+        composition root and shared by every request."""
         self.model = model
         self.retrieval = retrieval
         self._max_chars = max_question_chars
-        self._graph, self._resume_graph = compiled_graphs()
+        self._graph, self._resume_graph = graphs.rag, graphs.resume
 
     def _check_text(self, field: str, text: str) -> None:
         check_text(field, text, self._max_chars)

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
-from orchestrator_service.app import App, build_app
+from orchestrator_service.bootstrap import App, build_app
 from orchestrator_service.settings import OrchestratorSettings
 from tests.fakes.model_server import FakeModelServer, ModelScript
 from tests.fakes.retrieval_servicer import FakeRetrieval, RetrievalScript

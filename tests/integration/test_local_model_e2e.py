@@ -14,10 +14,10 @@ import pytest
 import pytest_asyncio
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
-from orchestrator_service.app import build_app
+from orchestrator_service.bootstrap import build_app
 from orchestrator_service.cli import print_result, result_to_dict
 from orchestrator_service.settings import OrchestratorSettings
-from retrieval_service.app import seed_samples
+from retrieval_service.bootstrap import seed_samples
 from shared.codec import rag_trace_from_proto
 from tests.integration.retrieval_harness import running_service
 

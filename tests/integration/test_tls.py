@@ -21,7 +21,7 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
-from orchestrator_service.app import App, build_app
+from orchestrator_service.bootstrap import App, build_app
 from orchestrator_service.settings import OrchestratorSettings
 from shared.tls import channel_credentials
 from tests.integration.retrieval_harness import Service, copy_corpus, running_service

@@ -8,7 +8,7 @@ import asyncio
 from langgraph.graph import END
 from langgraph.runtime import Runtime
 
-from orchestrator_service.graph import build_rag_graph
+from orchestrator_service.graph import build_graphs, build_rag_graph
 from orchestrator_service.nodes import END_NODE
 from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
 from orchestrator_service.orchestrator import Orchestrator
@@ -32,7 +32,7 @@ def _decide(task: str, question: str):
 
 async def test_sub_agents_run_concurrently() -> None:
     model = InMemoryModel(_decide, latency=0.2)
-    core = Orchestrator(model, InMemoryRetriever(lambda q: [DOC]))
+    core = Orchestrator(model, InMemoryRetriever(lambda q: [DOC]), build_graphs())
     outcome = await core.run(Q_CMP)
     assert outcome.retrieval_status == "answerable"
     assert sorted(model.calls[1:]) == [("evidence_grade", q) for q in SUBS]
@@ -47,7 +47,9 @@ async def test_sub_results_keep_send_order_whatever_finishes_first() -> None:
             return await super().retrieve(query)
 
     core = Orchestrator(
-        InMemoryModel(_decide), SlowFirst(lambda q: [chunk("a.md", "1", q, chunk_id=q)])
+        InMemoryModel(_decide),
+        SlowFirst(lambda q: [chunk("a.md", "1", q, chunk_id=q)]),
+        build_graphs(),
     )
     outcome = await core.run(Q_CMP)
     assert [t["query"] for t in outcome.rag_trace["sub_traces"]] == SUBS
@@ -98,7 +100,7 @@ async def test_no_knowledge_clears_state_docs_but_keeps_trace_chunks() -> None:
     def decide(task, question):
         return grade("weak", "none", "no_knowledge")
 
-    core = Orchestrator(InMemoryModel(decide), InMemoryRetriever(lambda q: [DOC]))
+    core = Orchestrator(InMemoryModel(decide), InMemoryRetriever(lambda q: [DOC]), build_graphs())
     outcome = await core.run("丹瑾是什么属性？")
     assert outcome.docs == [] and outcome.context == ""
     assert len(outcome.rag_trace["retrieved_chunks"]) == 1

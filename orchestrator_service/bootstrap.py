@@ -1,12 +1,15 @@
-"""Composition of the orchestrator service from one settings object: the model client, the
-retrieval client, the core and the gRPC server. `__main__` and the integration tests both
-build the service through `build_app`, so tests exercise the production wiring."""
+"""The orchestrator service's composition root: one settings object (and, for tests and
+benchmarks, a model to use instead of the configured one) in, the wired app out: the model
+client, the retrieval client, the compiled workflows, the core and the gRPC server.
+`__main__` and the integration tests both build the service through `build_app`, so tests
+exercise the production wiring."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator_service.graph import build_graphs
 from orchestrator_service.metrics import InstrumentedModelClient
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
@@ -33,7 +36,9 @@ class App:
 
 
 def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = None) -> App:
-    """Must be called inside the event loop that will serve (grpc.aio channels bind to it)."""
+    """The service wired from `settings`, its workflows compiled here (once per process: a
+    server builds one app); `model` replaces the client the settings choose. Must be called
+    inside the event loop that will serve (grpc.aio channels bind to it)."""
     model = InstrumentedModelClient(model or build_model_client(settings))
     retrieval = RetrievalClient.connect(
         settings.retrieval_addr,
@@ -49,7 +54,12 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         else None,
         interceptors=client_interceptors(),
     )
-    core = Orchestrator(model, retrieval, max_question_chars=settings.max_question_chars)
+    core = Orchestrator(
+        model,
+        retrieval,
+        build_graphs(),
+        max_question_chars=settings.max_question_chars,
+    )
     server = GrpcServer(
         settings,
         port=settings.orchestrator_port,
