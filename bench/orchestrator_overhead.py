@@ -11,6 +11,7 @@ import asyncio
 import gc
 import time
 
+import grpc
 import httpx
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
@@ -77,8 +78,11 @@ async def _rpc() -> tuple[list[float], list[float]]:
     stack = await start_stack(ms, RetrievalScript().add(Q_FAST, DOCS))
     try:
         runs = await _time(lambda: stack.run(Q_FAST), 1000)
-        retrieve = retrieval_pb2_grpc.RetrievalServiceStub(stack.app.retrieval._channel).Retrieve
-        async with httpx.AsyncClient() as http:
+        async with (
+            grpc.aio.insecure_channel(stack.retrieval.address) as channel,
+            httpx.AsyncClient() as http,
+        ):
+            retrieve = retrieval_pb2_grpc.RetrievalServiceStub(channel).Retrieve
             body = {
                 "model": "m",
                 "messages": [{"role": "user", "content": f"<question>\n{Q_FAST}\n</question>"}],

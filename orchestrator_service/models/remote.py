@@ -335,10 +335,10 @@ class RemoteModelClient:
                         delay = _retry_delay(reply, attempt, deadline, loop.time())
                     else:
                         async for line in stream.lines():
-                            data = _sse_data(line)
+                            data = sse_data(line)
                             if data == "[DONE]":
                                 return
-                            piece = _delta_content(data) if data is not None else ""
+                            piece = delta_content(data) if data is not None else ""
                             if piece:
                                 yield piece
                         raise DependencyUnavailable(
@@ -366,14 +366,14 @@ def _retry_delay(response: Reply, attempt: int, deadline: float | None, now: flo
     return RETRY.delay(response, attempt, None if deadline is None else deadline - now)
 
 
-def _sse_data(line: str) -> str | None:
+def sse_data(line: str) -> str | None:
     """The payload of an SSE `data:` line; None for comments, other fields and blank lines."""
     if not line.startswith("data:"):
         return None
     return line[len("data:") :].strip()
 
 
-def _delta_content(data: str) -> str:
+def delta_content(data: str) -> str:
     """The text of one chat.completion.chunk ("" for chunks without any, e.g. usage)."""
     try:
         choices = json.loads(data)["choices"]

@@ -130,13 +130,13 @@ def test_local_answer_is_deterministic_and_covers_several_terms() -> None:
 
 
 def test_sse_lines_and_completion_chunks_are_read_as_the_protocol_says() -> None:
-    from orchestrator_service.models.remote import _delta_content, _sse_data
+    from orchestrator_service.models.remote import delta_content, sse_data
     from shared.errors import ModelOutputInvalid
 
-    assert _sse_data("data: [DONE]") == "[DONE]"
-    assert _sse_data(": keep-alive") is None and _sse_data("event: x") is None
-    assert _delta_content('{"choices":[{"delta":{"content":"丹瑾[1]"}}]}') == "丹瑾[1]"
-    assert _delta_content('{"choices":[{"delta":{"role":"assistant"}}]}') == ""
-    assert _delta_content('{"choices":[],"usage":{"total_tokens":9}}') == ""
+    assert sse_data("data: [DONE]") == "[DONE]"
+    assert sse_data(": keep-alive") is None and sse_data("event: x") is None
+    assert delta_content('{"choices":[{"delta":{"content":"丹瑾[1]"}}]}') == "丹瑾[1]"
+    assert delta_content('{"choices":[{"delta":{"role":"assistant"}}]}') == ""
+    assert delta_content('{"choices":[],"usage":{"total_tokens":9}}') == ""
     with pytest.raises(ModelOutputInvalid, match="answer_generation"):
-        _delta_content("not json")
+        delta_content("not json")
