@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from retrieval_service.embedding import ProgressCallback, normalise
+from retrieval_service.adapters.embedders import ProgressCallback, normalise
 
 _TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W_]+", re.UNICODE)
 

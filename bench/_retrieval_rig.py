@@ -24,17 +24,17 @@ import grpc
 import numpy as np
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.app import RetrievalApp, clear_milvus_env, retrieval_config
-from retrieval_service.chunk_store import ChunkStore
-from retrieval_service.embedding import Embedder
-from retrieval_service.merge import Doc
-from retrieval_service.meta import RetrievalMode
-from retrieval_service.milvus_schema import OUTPUT_FIELDS, bm25_spec, dense_spec
-from retrieval_service.pipeline import CurrentVersions, RetrievalConfig, RetrievalPipeline
-from retrieval_service.rerank import Reranker
+from retrieval_service.adapters.embedders import Embedder
+from retrieval_service.adapters.milvus.chunk_store import ChunkStore
+from retrieval_service.adapters.milvus.connection import StoreConfig
+from retrieval_service.adapters.milvus.schema import OUTPUT_FIELDS, bm25_spec, dense_spec
+from retrieval_service.adapters.rerank import Reranker
+from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, retrieval_config
+from retrieval_service.core.merge import Doc
+from retrieval_service.core.meta import RetrievalMode
+from retrieval_service.core.recall import CurrentVersions, RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
-from retrieval_service.store import StoreConfig
 from shared.serve import GrpcServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""What a grounded answer adds to a Run (issue 14), with the built-in local model on the bundled
+"""What a grounded answer adds to a Run, with the built-in local model on the bundled
 samples: `make run`'s configuration (the retrieval service on Milvus Lite with the built-in
 embedder, the orchestrator with no model endpoint) served on loopback in this process.
 

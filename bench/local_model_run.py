@@ -1,5 +1,5 @@
-"""End-to-end `Run` latency with the built-in local model on the bundled samples (issue 3
-"Benchmark"): `make run`'s configuration — the retrieval service on Milvus Lite with the built-in
+"""End-to-end `Run` latency with the built-in local model on the bundled samples:
+`make run`'s configuration — the retrieval service on Milvus Lite with the built-in
 embedder, the orchestrator with no model endpoint — both served on loopback in this process.
 
 Per question: Run p50/p95 beside one bare Retrieve RPC of the same question, so the table shows

@@ -1,4 +1,4 @@
-"""The local grader against SciFact's relevance judgements (issue 3 "Benchmark"): ingest
+"""The local grader against SciFact's relevance judgements: ingest
 abstracts through the real retrieval service, Retrieve each training claim (the service's
 default top_k, as the orchestrator asks), grade the evidence with the built-in local model, and
 compare its verdict with the judgements:
@@ -47,7 +47,7 @@ from bench._retrieval_rig import (
 from bench.retrieval_scifact import ingest
 from orchestrator_service.models.local import LocalModel
 from orchestrator_service.models.local.grading import WINDOW
-from retrieval_service.app import create_app
+from retrieval_service.bootstrap import create_app
 from shared.codec import chunk_from_proto
 
 

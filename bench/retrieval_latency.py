@@ -1,4 +1,4 @@
-"""Retrieve latency at scale (issue 6 "Benchmark"): synthetic collections of 10k and 100k leaf
+"""Retrieve latency at scale: synthetic collections of 10k and 100k leaf
 chunks in the service's own collections, the Retrieve RPC (hybrid + auto-merge, rerank off)
 against the raw pymilvus hybrid_search on the same collection and numpy brute force over the
 same vectors, in one run.
@@ -33,11 +33,11 @@ from bench._retrieval_rig import (
     store_uri,
     table,
 )
-from retrieval_service.app import create_app
-from retrieval_service.chunking import ChunkRecord
-from retrieval_service.embedding import normalise
-from retrieval_service.ingest import store_row
-from retrieval_service.registry import DocumentEntry
+from retrieval_service.adapters.embedders import normalise
+from retrieval_service.adapters.milvus.registry import DocumentEntry
+from retrieval_service.bootstrap import create_app
+from retrieval_service.core.chunking import ChunkRecord
+from retrieval_service.core.ingest import store_row
 
 DIM = 384
 VOCABULARY = 30_000

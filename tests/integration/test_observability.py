@@ -1,4 +1,4 @@
-"""Metrics and access logs of both real services (issue 13 items 1 and 3): the orchestrator
+"""Metrics and access logs of both real services: the orchestrator
 (production wiring) over the real retrieval service on Milvus Lite, both with METRICS_PORT on a
 free port. After ingests, Runs (simple, complex, rewritten, clarifying, failing) and a Resume,
 each `/metrics` endpoint shows every family with the right labels, and counts that match what
@@ -24,7 +24,7 @@ from supermew.v1 import orchestrator_pb2
 
 from orchestrator_service import metrics as orchestrator_metrics
 from retrieval_service import metrics as retrieval_metrics
-from retrieval_service.store import StoreError
+from retrieval_service.adapters.milvus.connection import StoreError
 from shared.logs import REQUEST_ID_HEADER, configure_logging
 from tests.fakes.model_server import HttpError, ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import start_stack

@@ -1,4 +1,4 @@
-"""Crash safety of ingest, replace and delete (issue 20 item 1), on real processes and real
+"""Crash safety of ingest, replace and delete, on real processes and real
 Milvus Lite: the retrieval service runs as `python -m retrieval_service`, re-ingests or deletes
 a document and is killed at every named step of the write (`SUPERMEW_CRASH_AT`, the test
 hook read by the composition root: the process exits like `kill -9`). A restart must show the
@@ -30,10 +30,10 @@ import grpc
 import pytest
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.embedding import OpenAIEmbedder
-from retrieval_service.ingest import CRASH_POINTS
-from retrieval_service.milvus_schema import LEVELS, PENDING, TOMBSTONE
-from retrieval_service.store import StoreConfig
+from retrieval_service.adapters.embedders import OpenAIEmbedder
+from retrieval_service.adapters.milvus.connection import StoreConfig
+from retrieval_service.adapters.milvus.schema import LEVELS, PENDING, TOMBSTONE
+from retrieval_service.core.ingest import CRASH_POINTS
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import (
     MILVUS_LITE,
@@ -347,10 +347,10 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
                 assert await assert_whole(svc, versions) in {"old", "new"}
 
         await asyncio.to_thread(b.ingest, DOC, OLD)
-        # A third replica dies with NEW (one window of it) written on every level but not
-        # committed: the live replicas never serve those rows, and their reconciliation
-        # (grace 1 h) keeps them. (All of NEW's 50-odd pending leaves would fill the readers'
-        # recall for NEW_QUERY, which then comes back empty: README "Readers".)
+        # A third replica dies with NEW (one window of it) written on every level but not committed:
+        # the live replicas never serve those rows, and their reconciliation (grace 1 h) keeps them.
+        # (All of NEW's 50-odd pending leaves would fill the readers' recall for NEW_QUERY, which
+        # then comes back empty: retrieval_service/README.md, "Readers".)
         short_new = NEW[: len(OLD) * 2 // 3]
         await asyncio.to_thread(
             run_until_crash, tmp_path / "c.log", env, "before_commit", short_new

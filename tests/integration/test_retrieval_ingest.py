@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from supermew.v1 import retrieval_pb2
 
-from retrieval_service.app import create_app
-from retrieval_service.chunking import Page, chunk_document
-from retrieval_service.ingest import store_row
-from retrieval_service.milvus_schema import LEVELS, UNANALYSED
+from retrieval_service.adapters.milvus.connection import StoreConfig
+from retrieval_service.adapters.milvus.schema import LEVELS, UNANALYSED
+from retrieval_service.bootstrap import create_app
+from retrieval_service.core.chunking import Page, chunk_document
+from retrieval_service.core.ingest import store_row
 from retrieval_service.settings import RetrievalSettings
-from retrieval_service.store import StoreConfig
 from shared.errors import ConfigurationError
 from tests.fakes.retrieval_doubles import FailingEmbedder
 from tests.integration.retrieval_harness import (
@@ -263,7 +263,7 @@ async def test_index_build_parameters_reach_milvus_lite(tmp_path, caplog) -> Non
             dense = client.describe_index(leaf, "dense")["params"]
             assert (int(dense["M"]), int(dense["efConstruction"])) == (16, 256)
     other = StoreConfig(uri=str(db), token=None, collection="supermew_chunks", dim=384, bm25_k1=2.0)
-    with caplog.at_level("WARNING", logger="retrieval_service.store"):
+    with caplog.at_level("WARNING", logger="retrieval_service.adapters.milvus.connection"):
         app = await create_app(RetrievalSettings(milvus_uri=str(db)), embedder=model(), store=other)
         await app.aclose()
     assert "scores BM25 with {'bm25_k1': 1.2, 'bm25_b': 0.75}, configured" in caplog.text

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from supermew.v1 import retrieval_pb2
 
-from retrieval_service.embedding import OpenAIEmbedder
-from retrieval_service.ingest import SourceDocument
-from retrieval_service.milvus_schema import LEVELS, PENDING
+from retrieval_service.adapters.embedders import OpenAIEmbedder
+from retrieval_service.adapters.milvus.schema import LEVELS, PENDING
+from retrieval_service.core.ingest import SourceDocument
 from shared.errors import DeadlineExceeded
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.fakes.retrieval_doubles import FailingEmbedder

@@ -1,4 +1,4 @@
-"""Contextual leaf headers through the real service (issue 18, lever 1): the embedder and the
+"""Contextual leaf headers through the real service: the embedder and the
 BM25 field read `title › section` before each leaf, Retrieve returns the leaf alone, and
 it is off unless LEAF_CONTEXT_HEADER=true."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from retrieval_service.embedding import OpenAIEmbedder
+from retrieval_service.adapters.embedders import OpenAIEmbedder
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import SMALL, Service, running_service
 

@@ -62,7 +62,7 @@ def wait_for(condition, what: str, limit: float = 60.0) -> None:
 def lite_child(service: ServiceProcess) -> int:
     (pid,) = [p for p in children_of(service.proc.pid) if not gone(p)]
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"retrieval_service.lite_process" in cmdline
+    assert b"retrieval_service.adapters.milvus.lite_process" in cmdline
     return pid
 
 

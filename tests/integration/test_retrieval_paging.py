@@ -1,4 +1,4 @@
-"""ListDocuments paging (AIP-158, issue 20 item 4) past the 16,384-row query window that used
+"""ListDocuments paging (AIP-158) past the 16,384-row query window that used
 to cut the listing short: 17,000 registry records (written through the registry, no chunks
 needed), paged by the registry, by the RPC and by the CLI, with deleted and uncommitted
 versions left out and bad page arguments INVALID_ARGUMENT."""
@@ -17,9 +17,9 @@ import grpc
 import pytest
 from supermew.v1 import retrieval_pb2
 
-from retrieval_service.embedding import OpenAIEmbedder
-from retrieval_service.milvus_schema import COMMITTED, PENDING, TOMBSTONE
-from retrieval_service.registry import DocumentEntry, encode_page_token
+from retrieval_service.adapters.embedders import OpenAIEmbedder
+from retrieval_service.adapters.milvus.registry import DocumentEntry, encode_page_token
+from retrieval_service.adapters.milvus.schema import COMMITTED, PENDING, TOMBSTONE
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import Service, running_service
 

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from retrieval_service.store import StoreConfig
+from retrieval_service.adapters.milvus.connection import StoreConfig
 from tests.integration.retrieval_harness import (
     MILVUS_LITE,
     LiteServer,

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from retrieval_service.merge import merge_pass
-from retrieval_service.store import StoreConfig
+from retrieval_service.adapters.milvus.connection import StoreConfig
+from retrieval_service.core.merge import merge_pass
 from tests.fakes.rerank_server import RerankServer
 from tests.fakes.retrieval_doubles import FailingEmbedder, WrongDimensionQueryEmbedder
 from tests.integration.retrieval_harness import copy_corpus, model, running_service

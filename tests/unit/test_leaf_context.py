@@ -1,12 +1,12 @@
-"""Contextual leaf headers (issue 18, lever 1): what the embedder and BM25 read for a leaf is
+"""Contextual leaf headers: what the embedder and BM25 read for a leaf is
 its document title and section path, then the leaf; the stored text stays the leaf."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
-from retrieval_service.leaf_context import (
+from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
+from retrieval_service.core.leaf_context import (
     MAX_HEADER_CHARS,
     leaf_header,
     markdown_headings,

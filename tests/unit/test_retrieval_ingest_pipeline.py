@@ -12,9 +12,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from retrieval_service.chunking import ChunkingConfig, Page, chunk_document
-from retrieval_service.embedding import normalise
-from retrieval_service.ingest import (
+from retrieval_service.adapters.embedders import normalise
+from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
+from retrieval_service.core.ingest.ingestor import (
     IngestProgress,
     _Handover,
     _Prepared,

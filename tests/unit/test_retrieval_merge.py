@@ -1,13 +1,13 @@
-"""Auto-merge passes (SPEC.md §5 H, REFERENCE.md §1.5), candidate_k, threshold and the rerank
+"""Auto-merge passes (docs/api.md#auto-merge), candidate_k, threshold and the rerank
 helpers as pure functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from retrieval_service.merge import merge_pass, parents_to_merge
-from retrieval_service.pipeline import passes_threshold, resolve_candidate_k
-from retrieval_service.rerank import configured, endpoint_for, sort_by_effective_score
+from retrieval_service.adapters.rerank import configured, endpoint_for, sort_by_effective_score
+from retrieval_service.core.merge import merge_pass, parents_to_merge
+from retrieval_service.core.recall import passes_threshold, resolve_candidate_k
 from shared.scores import effective_score
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from retrieval_service.meta import RetrievalMeta
+from retrieval_service.core.meta import RetrievalMeta
 from shared.codec import retrieval_meta_from_proto, retrieval_meta_to_proto
 from shared.trace_fields import RETRIEVAL_META_FIELD_NAMES
 

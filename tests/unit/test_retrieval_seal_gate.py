@@ -1,11 +1,12 @@
-"""The store's seal gate (`retrieval_service.store._SealGate`): a seal waits for the calls in
-flight, holds new calls back until it ends, and calls never wait for each other."""
+"""The store's seal gate (`retrieval_service.adapters.milvus.connection._SealGate`): a seal
+waits for the calls in flight, holds new calls back until it ends, and calls never wait for
+each other."""
 
 from __future__ import annotations
 
 import asyncio
 
-from retrieval_service.store import _SealGate
+from retrieval_service.adapters.milvus.connection import _SealGate
 
 
 async def test_a_seal_waits_for_calls_in_flight_and_holds_new_ones_back() -> None:

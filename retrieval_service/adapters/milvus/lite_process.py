@@ -9,11 +9,11 @@ service's own resident set. In a child it runs on the other core and its memory 
 `LiteProcess` (the parent side) starts the child, waits for its `READY <port>` line, watches
 it, reports it down (`on_health(False)`: readiness NOT_SERVING) and restarts it on the same
 port with backoff; while it is down every store call is UNAVAILABLE at once. The child
-(`python -m retrieval_service.lite_process`) holds the data directory's lock, exactly as the
-in-process server did, and never outlives the service: it exits when its stdin (a pipe from
-the parent) reaches end of file, which the kernel delivers however the parent dies, and when
-spawned from the main thread it also asks the kernel for SIGKILL on the parent's death
-(`PR_SET_PDEATHSIG`), which releases the lock at once."""
+(`python -m retrieval_service.adapters.milvus.lite_process`) holds the data directory's lock,
+exactly as the in-process server did, and never outlives the service: it exits when its stdin
+(a pipe from the parent) reaches end of file, which the kernel delivers however the parent
+dies, and when spawned from the main thread it also asks the kernel for SIGKILL on the
+parent's death (`PR_SET_PDEATHSIG`), which releases the lock at once."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class LiteProcess:
 
     async def _spawn(self) -> None:
         argv = [
-            sys.executable, "-m", "retrieval_service.lite_process",
+            sys.executable, "-m", "retrieval_service.adapters.milvus.lite_process",
             "--data-dir", self.data_dir, "--port", str(self.port), "--parent", str(os.getpid()),
         ]  # fmt: skip
         if threading.current_thread() is threading.main_thread():
@@ -213,7 +213,7 @@ def _warm_analyser() -> None:
 
 
 def child_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m retrieval_service.lite_process")
+    p = argparse.ArgumentParser(prog="python -m retrieval_service.adapters.milvus.lite_process")
     p.add_argument("--data-dir", required=True)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--parent", type=int, required=True)

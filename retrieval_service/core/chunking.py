@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from retrieval_service.leaf_context import leaf_header, page_contexts, with_header
+from retrieval_service.core.leaf_context import leaf_header, page_contexts, with_header
 
 # Separator priority of the reference: paragraph break, full stop, exclamation and question
 # marks (full width), newline, comma, enumeration comma, space, and finally single characters.

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import charset_normalizer
 
-from retrieval_service.chunking import Page
-from retrieval_service.sanitize import sanitize_text
+from retrieval_service.core.chunking import Page
+from retrieval_service.core.sanitize import sanitize_text
 from shared.errors import InvalidArgument
 
 # Stored file types (the reference's names, plus Text/Markdown for the plain formats).

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from retrieval_service import milvus_schema as schema
-from retrieval_service.lite_process import LiteProcess
+from retrieval_service.adapters.milvus import schema
+from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.metrics import record_milvus_error
 from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
 from shared.tracing import span

@@ -18,7 +18,8 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval_service.milvus_schema import (
+from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
+from retrieval_service.adapters.milvus.schema import (
     COMMITTED,
     PENDING,
     REGISTRY_FIELDS,
@@ -28,7 +29,6 @@ from retrieval_service.milvus_schema import (
     registry_pk,
     version_pk,
 )
-from retrieval_service.store import MilvusStore, in_filter, quote
 from shared.errors import InvalidArgument
 
 _BATCH = 1000

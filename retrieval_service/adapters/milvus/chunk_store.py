@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from retrieval_service.milvus_schema import (
+from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
+from retrieval_service.adapters.milvus.schema import (
     OUTPUT_FIELDS,
     UNANALYSED,
     bm25_spec,
     dense_spec,
     version_pk,
 )
-from retrieval_service.store import MilvusStore, in_filter, quote
 
 Row = dict[str, Any]
 _READ_BATCH = 500

@@ -28,26 +28,16 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from retrieval_service.chunk_store import ChunkStore
-from retrieval_service.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
-from retrieval_service.embedding import Embedder, embed_windows, normalise
-from retrieval_service.loaders import (
+from retrieval_service.adapters.embedders import Embedder, embed_windows, normalise
+from retrieval_service.adapters.loaders import (
     FILE_TYPES_BY_EXTENSION,
     extension_of,
     load_pages,
     resolve_file_type,
 )
-from retrieval_service.metrics import record_ingested
-from retrieval_service.milvus_schema import (
-    COMMITTED,
-    LEVELS,
-    PENDING,
-    TOMBSTONE,
-    UNANALYSED,
-    version_pk,
-)
-from retrieval_service.pipeline import EMBEDDER_FAILURES
-from retrieval_service.registry import (
+from retrieval_service.adapters.milvus.chunk_store import ChunkStore
+from retrieval_service.adapters.milvus.connection import STORE_FAILURES, MilvusStore
+from retrieval_service.adapters.milvus.registry import (
     DocumentEntry,
     DocumentPage,
     DocumentRegistry,
@@ -56,7 +46,17 @@ from retrieval_service.registry import (
     new_version,
     version_age_seconds,
 )
-from retrieval_service.store import STORE_FAILURES, MilvusStore
+from retrieval_service.adapters.milvus.schema import (
+    COMMITTED,
+    LEVELS,
+    PENDING,
+    TOMBSTONE,
+    UNANALYSED,
+    version_pk,
+)
+from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
+from retrieval_service.core.recall import EMBEDDER_FAILURES
+from retrieval_service.metrics import record_ingested
 from shared.errors import DeadlineExceeded, DependencyUnavailable, InvalidArgument
 from shared.lexical import bm25_text
 

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from retrieval_service.embedding import Embedder
-from retrieval_service.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
-from retrieval_service.meta import CandidateKSource, RetrievalMeta, RetrievalMode
+from retrieval_service.adapters.embedders import Embedder
+from retrieval_service.adapters.milvus.connection import STORE_FAILURES
+from retrieval_service.adapters.rerank import Reranker, RerankOutcome
+from retrieval_service.core.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
+from retrieval_service.core.meta import CandidateKSource, RetrievalMeta, RetrievalMode
 from retrieval_service.metrics import STAGE, record_retrieve, record_threshold_dropped
-from retrieval_service.rerank import Reranker, RerankOutcome
-from retrieval_service.store import STORE_FAILURES
 from shared.errors import DependencyUnavailable, InvalidArgument
 from shared.scores import effective_score
 from shared.text_input import check_text
