@@ -1,10 +1,10 @@
-"""The orchestrator as it was before issue 16, kept for bench/orchestrator_throughput.py only:
-`python -m bench._orchestrator_variant CLIENT LOOP` serves one process with the model client
-on httpx (CLIENT=httpx: the replaced transport, its request path as before minus retries, which
-the bench's model never needs) or on shared.http (CLIENT=aiohttp), under asyncio's default loop
-or uvloop (LOOP), and without the shipped service's garbage-collector settings
-(shared.heap.settle_heap). Production code has no switch for any of these; the settings come
-from the environment as for the real service."""
+"""The orchestrator as it was before the aiohttp client and settled heap, kept for
+bench/orchestrator_throughput.py only: `python -m bench._orchestrator_variant CLIENT LOOP` serves
+one process with the model client on httpx (CLIENT=httpx: the replaced transport, its request path
+as before minus retries, which the bench's model never needs) or on shared.http (CLIENT=aiohttp),
+under asyncio's default loop or uvloop (LOOP), and without the shipped service's garbage-collector
+settings (shared.heap.settle_heap). Production code has no switch for any of these; the settings
+come from the environment as for the real service."""
 
 from __future__ import annotations
 

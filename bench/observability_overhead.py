@@ -1,4 +1,4 @@
-"""What metrics and traces cost a Run (issue 13 targets: ≤ 1.05 × with METRICS_PORT set and the
+"""What metrics and traces cost a Run (targets: ≤ 1.05 × with METRICS_PORT set and the
 trace exporter off, ≤ 1.15 × with traces exported too).
 
 Three orchestrator stacks (production wiring, zero-latency scripted model and retrieval servers

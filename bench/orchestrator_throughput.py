@@ -1,4 +1,4 @@
-"""Throughput and CPU per Run (issue 16): 64 concurrent callers issuing Runs back to back
+"""Throughput and CPU per Run: 64 concurrent callers issuing Runs back to back
 against the orchestrator as its own process(es), the scripted model server answering after
 50 ms and the scripted retrieval service in this process. One run compares
 

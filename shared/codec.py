@@ -1,4 +1,4 @@
-"""The one dict ⇄ proto codec of the trace family (API.md "Presence is part of the protocol"):
+"""The one dict ⇄ proto codec of the trace family (docs/trace.md#presence):
 RagTrace, RetrievalMeta, Chunk, RetrievedChunk and HitlResumeState, driven by shared.trace_fields.
 
 Presence round-trips exactly: a key is in the dict iff its proto field is set, and a list key
@@ -117,7 +117,7 @@ def _fill(pb: Message, data: Mapping[str, Any], setters: Mapping[str, _Setter], 
         if setter is None:
             raise TraceFieldError(key, f"not a {what} field (normalise the dict first)")
         if value is None:
-            continue  # None means "not written" (SPEC.md §1), i.e. the field stays unset.
+            continue  # None means "not written" (docs/trace.md#presence): the field stays unset.
         try:
             setter(pb, value)
         except TraceFieldError as exc:
@@ -193,17 +193,18 @@ _HITL_SETTERS: tuple[tuple[str, _Setter], ...] = tuple(
 
 
 def chunk_to_proto(chunk: Mapping[str, Any]) -> trace_pb2.Chunk:
-    """Encode a 16-key runtime evidence record (API.md Chunk). page_number may be int or str;
-    missing keys take the proto default; `id` / `rerank_score` stay unset when missing or None;
-    keys outside the 16 are ignored."""
+    """Encode a 16-key runtime evidence record (docs/trace.md#evidence-records). page_number may be
+    int or str; missing keys take the proto default; `id` / `rerank_score` stay unset when missing
+    or None; keys outside the 16 are ignored."""
     pb = trace_pb2.Chunk()
     _fill_fixed(pb, chunk, _CHUNK_SETTERS, "Chunk")
     return pb
 
 
 def hitl_state_to_proto(state: Mapping[str, Any]) -> trace_pb2.HitlResumeState:
-    """Encode the 7-key resume snapshot (SPEC.md §7); complexity / complexity_reason stay unset
-    when None. Validation of the snapshot's values is the resume path's job, not the codec's."""
+    """Encode the 7-key resume snapshot (docs/trace.md#the-resume-snapshot); complexity /
+    complexity_reason stay unset when None. Validation of the snapshot's values is the resume path's
+    job, not the codec's."""
     pb = trace_pb2.HitlResumeState()
     _fill_fixed(pb, state, _HITL_SETTERS, "HitlResumeState")
     return pb
@@ -283,7 +284,7 @@ def chunk_from_proto(pb: trace_pb2.Chunk) -> dict[str, Any]:
 
 def hitl_state_from_proto(pb: trace_pb2.HitlResumeState) -> dict[str, Any]:
     """Decode the resume snapshot: always exactly the 7 keys, complexity / complexity_reason
-    None when unset (SPEC.md §7)."""
+    None when unset (docs/trace.md#the-resume-snapshot)."""
     return {
         name: get(pb) if not optional or pb.HasField(name) else None
         for name, optional, get in _HITL_GETTERS

@@ -1,5 +1,5 @@
 """The context text handed to the answering model: evidence records laid out as in
-REFERENCE.md §1.8 (`_format_docs`)."""
+docs/api.md#the-context-text."""
 
 from __future__ import annotations
 

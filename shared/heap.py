@@ -1,4 +1,4 @@
-"""The garbage collector's settings for a long-running server process (issue 16): what start-up
+"""The garbage collector's settings for a long-running server process: what start-up
 built is never collected, and the young generation is collected less often."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ _REQUEST_ID_SHAPE = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 
 ACCESS_LOGGER = "supermew.access"
 
-try:  # OpenTelemetry is optional: traces are another module's concern (issue 13 item 2).
+try:  # OpenTelemetry is optional: traces are another module's concern.
     _otel_trace: Any = importlib.import_module("opentelemetry.trace")
 except ImportError:  # pragma: no cover - depends on the installed extras
     _otel_trace = None

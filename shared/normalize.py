@@ -1,4 +1,4 @@
-"""Trace normalisation (SPEC.md §1, §5, §6; REFERENCE.md §2.13): the raw trace T becomes the
+"""Trace normalisation (docs/trace.md#normalisation): the raw trace T becomes the
 external Trace — protocol keys only, None dropped, evidence projected to the external shape.
 
 Decisions: the source accepted `str | int` for a chunk's page_number; the proto carries it as
@@ -7,9 +7,9 @@ text, so an int is canonicalised to its decimal string, which keeps
 key after normalisation is None, not {}, so normalisation is idempotent. Vocabulary values
 (shared.trace_fields' StrEnums) come out as plain `str`.
 
-Strict keys: production drops unknown raw keys silently (SPEC.md §1). The test suite turns on
-`strict_keys()`, under which an unknown raw key raises, so a misspelt key fails a test instead
-of vanishing from the trace.
+Strict keys: production drops unknown raw keys silently (docs/trace.md#normalisation). The test
+suite turns on `strict_keys()`, under which an unknown raw key raises, so a misspelt key fails a
+test instead of vanishing from the trace.
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ _CHUNK_KEYS: tuple[tuple[str, _Normalizer], ...] = tuple(
 
 
 def normalize_retrieved_chunk(raw: Mapping[str, Any], path: str = "chunk") -> dict[str, Any]:
-    """Project one evidence record onto the 6 external keys (SPEC.md §6), None dropped and
-    page_number as text. The caller has already checked that `filename` is truthy."""
+    """Project one evidence record onto the 6 external keys (docs/trace.md#evidence-records), None
+    dropped and page_number as text. The caller has already checked that `filename` is truthy."""
     out: dict[str, Any] = {}
     for name, norm in _CHUNK_KEYS:
         value = raw.get(name)
@@ -135,8 +135,8 @@ def normalize_retrieved_chunk(raw: Mapping[str, Any], path: str = "chunk") -> di
 
 
 def _norm_chunk_list(value: Any, path: str) -> list[dict[str, Any]]:
-    # REFERENCE.md §2.13: anything that is not a list becomes [], and only dict elements with
-    # a truthy filename survive — an element without a source is not evidence.
+    # docs/trace.md#normalisation: anything that is not a list becomes [], and only dict elements
+    # with a truthy filename survive — an element without a source is not evidence.
     if not isinstance(value, list):
         return []
     return [
@@ -225,7 +225,7 @@ def _normalize(
 
 
 def normalize_rag_trace(raw: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Normalise a raw trace T into the external Trace (SPEC.md §1, REFERENCE.md §2.13).
+    """Normalise a raw trace T into the external Trace (docs/trace.md#normalisation).
 
     Returns None for a non-dict or empty input, and when nothing protocol-level remains.
     Keeps protocol keys only (unknown keys and the raw-only `rewrite_count` are dropped) and

@@ -1,5 +1,5 @@
-"""Chunk score arithmetic both services share (REFERENCE.md §1.5, §1.7): a chunk's effective
-score and the max rule that folds a duplicate's or child's score into the chunk kept."""
+"""Chunk score arithmetic both services share (docs/api.md#threshold-and-effective-score): a chunk's
+effective score and the max rule that folds a duplicate's or child's score into the chunk kept."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ __all__ = ["effective_score", "fold_score"]
 
 
 def effective_score(doc: Mapping[str, Any]) -> float | None:
-    """rerank_score when present, else score, else None (REFERENCE.md §1.7)."""
+    """rerank_score when present, else score, else None
+    (docs/api.md#threshold-and-effective-score)."""
     if doc.get("rerank_score") is not None:
         return float(doc["rerank_score"])
     if doc.get("score") is not None:
@@ -19,7 +20,7 @@ def effective_score(doc: Mapping[str, Any]) -> float | None:
 
 
 def fold_score(target: MutableMapping[str, Any], incoming: Mapping[str, Any]) -> None:
-    """Max rule of REFERENCE.md §1.5: `incoming`'s effective score raises the target's
+    """The max rule (docs/api.md#auto-merge): `incoming`'s effective score raises the target's
     rerank_score when either of them has one, else its score. A score-less `incoming` leaves
     the target as it is."""
     value = effective_score(incoming)

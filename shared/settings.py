@@ -1,4 +1,4 @@
-"""Typed settings read once from the environment (names of API.md "Configuration"). Each
+"""Typed settings read once from the environment (names of docs/api.md#settings). Each
 service's composition root builds one settings object and passes it down; nothing else reads
 the environment."""
 

@@ -1,7 +1,7 @@
-"""The trace field catalogue of SPEC.md §5/§6/§7 as data: every protocol field's name, group,
-kind and allowed values, and the typed vocabulary (routes, statuses, grades, stages, methods)
-those values come from. Normalisation, the codec, the workflow and the tests all read it;
-nothing else lists field names or protocol values."""
+"""The trace field catalogue of docs/trace.md (#fields, #evidence-records, #the-resume-snapshot) as
+data: every protocol field's name, group, kind and allowed values, and the typed vocabulary (routes,
+statuses, grades, stages, methods) those values come from. Normalisation, the codec, the workflow
+and the tests all read it; nothing else lists field names or protocol values."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 
 class Kind(StrEnum):
-    """The value kinds a trace key can hold (SPEC.md §5 "type" column)."""
+    """The value kinds a trace key can hold (docs/trace.md#fields, "type" column)."""
 
     BOOL = "bool"
     STR = "str"
@@ -56,12 +56,13 @@ class FieldSpec:
     optional: bool = True
 
 
-# ---- the protocol vocabulary (SPEC.md §1–§5) ------------------------------------------------
+# ---- the protocol vocabulary (docs/trace.md#fields) ----------------------------------------
 # StrEnums compare and hash equal to their values, so protos, dicts and JSON carry plain text.
 
 
 class Route(StrEnum):
-    """The final route of a grading (SPEC.md §3) and the model's suggested one."""
+    """The final route of a grading (docs/trace.md#routes-and-statuses) and the model's suggested
+    one."""
 
     ANSWER = "answer"
     REWRITE = "rewrite"
@@ -71,7 +72,7 @@ class Route(StrEnum):
 
 
 class RetrievalStatus(StrEnum):
-    """`retrieval_status`, read with the final route (SPEC.md §3)."""
+    """`retrieval_status`, read with the final route (docs/trace.md#routes-and-statuses)."""
 
     ANSWERABLE = "answerable"
     PARTIAL = "partial"
@@ -100,7 +101,7 @@ class Ambiguity(StrEnum):
 
 
 class Stage(StrEnum):
-    """`retrieval_stage`: which retrieval the current evidence came from (SPEC.md §5 A)."""
+    """`retrieval_stage`: which retrieval the current evidence came from (docs/trace.md#fields)."""
 
     INITIAL = "initial"
     REWRITTEN = "rewritten"
@@ -118,7 +119,8 @@ class Complexity(StrEnum):
     COMPLEX = "complex"
 
 
-#: The two routes that need the user, each with the status it is reported under (SPEC.md §7).
+#: The two routes that need the user, each with the status it is reported under
+#: (docs/trace.md#the-resume-snapshot).
 HITL_STATUS_FOR_ROUTE: Mapping[Route, RetrievalStatus] = MappingProxyType(
     {
         Route.CLARIFY: RetrievalStatus.NEEDS_CLARIFICATION,
@@ -128,10 +130,10 @@ HITL_STATUS_FOR_ROUTE: Mapping[Route, RetrievalStatus] = MappingProxyType(
 HITL_ROUTES: frozenset[Route] = frozenset(HITL_STATUS_FOR_ROUTE)
 HITL_STATUSES: frozenset[RetrievalStatus] = frozenset(HITL_STATUS_FOR_ROUTE.values())
 
-#: `tool_name` of every trace: the one tool the workflow stands for (SPEC.md §5 A).
+#: `tool_name` of every trace: the one tool the workflow stands for (docs/trace.md#fields).
 TOOL_NAME = "search_knowledge_base"
 
-#: A complex question splits into at most this many sub-questions (SPEC.md §2 N1, §7).
+#: A complex question splits into at most this many sub-questions (docs/trace.md#classification).
 MAX_SUB_QUESTIONS = 4
 
 
@@ -146,7 +148,7 @@ def _f(
     return FieldSpec(name, kind, group, values or None)
 
 
-# The 59 protocol fields of SPEC.md §5, in RagTrace field-number order (1..59).
+# The 59 protocol fields (docs/trace.md#fields), in RagTrace field-number order (1..59).
 TRACE_FIELDS: tuple[FieldSpec, ...] = (
     # A · tool identity and stage
     _f("tool_used", "A", Kind.BOOL),
@@ -221,16 +223,18 @@ TRACE_FIELDS: tuple[FieldSpec, ...] = (
 TRACE_FIELD_BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in TRACE_FIELDS}
 TRACE_FIELD_NAMES: tuple[str, ...] = tuple(TRACE_FIELD_BY_NAME)
 
-# A sub trace supports every field but `sub_traces` itself: traces never nest (SPEC.md §5 B).
+# A sub trace supports every field but `sub_traces` itself: traces never nest
+# (docs/trace.md#normalisation).
 SUB_TRACE_FIELDS: tuple[FieldSpec, ...] = tuple(
     s for s in TRACE_FIELDS if s.kind is not Kind.TRACE_LIST
 )
 SUB_TRACE_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in SUB_TRACE_FIELDS)
 
-# Raw-trace keys that are not protocol fields yet are written on purpose (SPEC.md §5 E).
+# Raw-trace keys that are not protocol fields yet are written on purpose (docs/trace.md#fields,
+# below the table).
 RAW_ONLY: frozenset[str] = frozenset({"rewrite_count"})
 
-# R: the 26 retrieval-meta fields, in the order of REFERENCE.md §1.7 (RETRIEVAL_TRACE_FIELDS).
+# R: the 26 retrieval-meta fields (docs/api.md#retrieve-step-by-step), in pipeline order.
 RETRIEVAL_META_FIELD_NAMES: tuple[str, ...] = (
     "retrieval_pipeline",
     "retrieval_mode",
@@ -263,7 +267,7 @@ RETRIEVAL_META_FIELDS: tuple[FieldSpec, ...] = tuple(
     TRACE_FIELD_BY_NAME[name] for name in RETRIEVAL_META_FIELD_NAMES
 )
 
-# GRADE: the 10 keys a grading overwrites (SPEC.md §1).
+# GRADE: the 10 keys a grading overwrites (docs/trace.md#node-by-node).
 GRADE_FIELD_NAMES: tuple[str, ...] = (
     "route",
     "retrieval_status",
@@ -277,8 +281,8 @@ GRADE_FIELD_NAMES: tuple[str, ...] = (
     "hitl_options",
 )
 
-# The 16 runtime Chunk keys of SPEC.md §6 / API.md, in Chunk field-number order. Only `id` and
-# `rerank_score` may be absent; `page_number` is text on the wire (see shared.codec).
+# The 16 runtime Chunk keys (docs/trace.md#evidence-records), in Chunk field-number order. Only `id`
+# and `rerank_score` may be absent; `page_number` is text on the wire (see shared.codec).
 CHUNK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("id", Kind.INT, optional=True),
     FieldSpec("filename", Kind.STR, optional=False),
@@ -298,8 +302,9 @@ CHUNK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("merged_child_count", Kind.INT, optional=False),
 )
 
-# The 6 keys of the external evidence shape that survive normalisation (SPEC.md §6). `filename`
-# is required (an element without one is dropped); the rest may be absent.
+# The 6 keys of the external evidence shape that survive normalisation
+# (docs/trace.md#evidence-records). `filename` is required (an element without one is dropped); the
+# rest may be absent.
 RETRIEVED_CHUNK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("filename", Kind.STR, optional=False),
     FieldSpec("page_number", Kind.STR),
@@ -310,8 +315,8 @@ RETRIEVED_CHUNK_FIELDS: tuple[FieldSpec, ...] = (
 )
 RETRIEVED_CHUNK_FIELD_NAMES: tuple[str, ...] = tuple(s.name for s in RETRIEVED_CHUNK_FIELDS)
 
-# The 7 keys of the resume snapshot (SPEC.md §7). The dict form always holds all seven;
-# `optional` marks the two that are None when unknown.
+# The 7 keys of the resume snapshot (docs/trace.md#the-resume-snapshot). The dict form always holds
+# all seven; `optional` marks the two that are None when unknown.
 HITL_RESUME_STATE_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("question", Kind.STR, optional=False),
     FieldSpec("route", Kind.STR, allowed=_values(HITL_ROUTES), optional=False),

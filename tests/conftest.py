@@ -1,6 +1,6 @@
 """Suite-wide settings: trace normalisation rejects unknown raw keys throughout the tests, so a
 misspelt trace key written by a node fails a test instead of silently vanishing (production
-drops such keys, SPEC.md §1)."""
+drops such keys, docs/trace.md#normalisation)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_each_overlay_has_its_apply_command(overlay: str) -> None:
 
 
 def test_tls_paragraph_matches_the_server() -> None:
-    # Issue 13: the servers serve TLS (the assertion used to be that they did not).
+    # The servers serve TLS.
     serve = (ROOT / "shared" / "serve.py").read_text(encoding="utf-8")
     tls = (ROOT / "shared" / "tls.py").read_text(encoding="utf-8")
     assert "add_secure_port" in serve and "dynamic_ssl_server_credentials" in tls

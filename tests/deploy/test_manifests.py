@@ -3,7 +3,7 @@ Kubernetes schemas that kubernetes-validate ships; the manifests cannot drift fr
 ConfigMap keys are settings env names and parse as those settings, ports are the settings'
 defaults, probe service names are the SERVICE_NAME constants, the grace period outlasts the
 server's drain, secrets come from Secret refs only, and the orchestrator reaches retrieval
-through the headless Service of its own namespace. Issue 13: probes on the plaintext
+through the headless Service of its own namespace. Also: probes on the plaintext
 HEALTH_PORT, the METRICS_PORT scraped by a ServiceMonitor (prod), NetworkPolicies, OTEL
 variables, and in prod TLS files from mounted Secrets (mTLS between the services)."""
 
@@ -424,7 +424,7 @@ def test_prod_terminates_tls_at_the_ingress() -> None:
     r = Rendered("prod")
     ingress = r.get("Ingress", "orchestrator")
     annotations = ingress["metadata"]["annotations"]
-    # GRPCS since issue 13: the orchestrator serves TLS in prod, behind the Ingress too.
+    # GRPCS: the orchestrator serves TLS in prod, behind the Ingress too.
     assert annotations["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPCS"
     tls_hosts = {h for t in ingress["spec"]["tls"] for h in t["hosts"]}
     for rule in ingress["spec"]["rules"]:
@@ -437,7 +437,7 @@ def test_prod_terminates_tls_at_the_ingress() -> None:
     assert labels.get("pod-security.kubernetes.io/enforce") == "restricted"
 
 
-# ---- issue 13: metrics, NetworkPolicies, OTEL, TLS ----------------------------------------------
+# ---- metrics, NetworkPolicies, OTEL, TLS ---------------------------------------------------------
 
 
 def _pods_selected(r: Rendered, selector: dict[str, str]) -> set[str]:

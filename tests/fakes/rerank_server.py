@@ -1,5 +1,5 @@
 """A scripted rerank endpoint on 127.0.0.1 speaking the real wire protocol (Jina/Cohere style,
-REFERENCE.md §1.6): `POST /v1/rerank` with `Authorization: Bearer …` and `{model, query,
+docs/api.md#rerank): `POST /v1/rerank` with `Authorization: Bearer …` and `{model, query,
 documents, top_n, return_documents}` → `{"results": [{"index", "relevance_score"}]}`.
 
 Each test scripts the next replies (`reply_json`, `reply_status`, `reply_raw`, `delay`); with

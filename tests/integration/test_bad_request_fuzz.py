@@ -1,4 +1,4 @@
-"""Issue 20: a bounded, deterministic fuzz of bad requests at every RPC through the real
+"""A bounded, deterministic fuzz of bad requests at every RPC through the real
 services (retrieval on Milvus Lite with the ingested test corpus; the orchestrator in its
 production wiring with the scripted model and retrieval). Control characters, NUL, over-long
 strings, quotes and filter syntax, out-of-range numbers and resume-snapshot violations must

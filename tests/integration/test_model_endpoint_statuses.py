@@ -1,4 +1,4 @@
-"""Issue 20 through the orchestrator's real RPCs (production wiring, scripted model and
+"""Status codes through the orchestrator's real RPCs (production wiring, scripted model and
 retrieval on 127.0.0.1): the model endpoint's HTTP failures map to honest status codes
 (permanent → FAILED_PRECONDITION, 429 → RESOURCE_EXHAUSTED, 5xx → UNAVAILABLE), retryable ones
 are retried only while the deadline allows, secrets never leave, own timeouts say which limit

@@ -1,4 +1,5 @@
-"""The SPEC.md §9 scenario matrix through the real Run / Resume RPCs: the production wiring
+"""The scenario matrix (every route, both rewrites, synthesis and resume, as docs/trace.md
+describes them) through the real Run / Resume RPCs: the production wiring
 (`build_app`) against a scripted OpenAI-compatible model server and a scripted in-process
 RetrievalService. Every row asserts the WHOLE normalised trace, the snapshot, the result's
 docs/context, and exactly which model tasks and retrievals happened."""
@@ -47,7 +48,7 @@ B2 = chunk(
 A1_DUP = {**A1, "score": 0.09, "rrf_rank": 1}  # same chunk_id, higher score
 
 # The initial retrieval of the rewrite rows reports keys the second one does not: they must
-# disappear from R once retrieval is redone (SPEC.md §2 S4).
+# disappear from R once retrieval is redone (docs/trace.md#node-by-node, S4).
 META0 = meta(
     1, rerank_model="bge-reranker", candidate_k_config_error="invalid RETRIEVAL_CANDIDATE_K"
 )

@@ -1,6 +1,6 @@
-"""The orchestrator's RPC contract beyond the matrix: status-code mapping (API.md), deadline
-propagation, model names and bearer key per task, and the progress streams of StreamRun /
-StreamResume (REFERENCE.md §3)."""
+"""The orchestrator's RPC contract beyond the matrix: status-code mapping
+(docs/api.md#status-codes), deadline propagation, model names and bearer key per task, and the
+progress streams of StreamRun / StreamResume (docs/trace.md#progress-steps)."""
 
 from __future__ import annotations
 

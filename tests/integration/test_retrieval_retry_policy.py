@@ -1,4 +1,4 @@
-"""Issue 20 item 6: the orchestrator's retrieval channel (production options from
+"""The orchestrator's retrieval channel (production options from
 `RetrievalClient.connect`) retries an UNAVAILABLE Retrieve through gRPC's retry policy, a
 bounded number of times and never past the call's deadline. The retrieval side is a real
 in-process server (the shared serve helper) whose servicer fails the first calls."""

@@ -1,4 +1,4 @@
-"""Issue 20 through the retrieval service's real RPCs (Milvus Lite on a temp dir, the scripted
+"""Status codes through the retrieval service's real RPCs (Milvus Lite on a temp dir, the scripted
 rerank endpoint on 127.0.0.1), and the orchestrator against it: filenames are validated the
 same way on every RPC, a store failure reads as what it is without internals, rerank errors
 are scrubbed of the key, and a valid 4,000-character question survives the rewrite path."""

@@ -1,4 +1,4 @@
-"""Issue 20 item 5: a service that cannot start says why in one line naming the variable or
+"""A service that cannot start says why in one line naming the variable or
 resource, exits non-zero, and shows no traceback (those are logged at DEBUG only). Each case
 runs the real entry point (`python -m …`) in a subprocess with the bad environment."""
 

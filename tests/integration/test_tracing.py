@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 13 item 2), received by a local OTLP/HTTP receiver and decoded
+"""OpenTelemetry traces, received by a local OTLP/HTTP receiver and decoded
 with opentelemetry-proto: the retrieval service runs as its own process (`python -m
 retrieval_service`, traces configured from the standard OTEL_* variables, embedding through
 the embeddings double), the orchestrator in this process with production wiring. One Run is

@@ -1,4 +1,4 @@
-"""The dict ⇄ proto codec is lossless (API.md "Presence is part of the protocol"): property tests
+"""The dict ⇄ proto codec is lossless (docs/trace.md#presence): property tests
 over arbitrary normalised traces, retrieval metas, chunks and resume snapshots, plus the proto3
 JSON view of presence. Strategies are built from the field catalogue."""
 

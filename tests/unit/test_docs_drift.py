@@ -26,7 +26,7 @@ from shared.trace_fields import (
     Route,
 )
 
-# The vocabulary lives in the StrEnums now (issue 17 A removed the *_VALUES tuples).
+# The vocabulary lives in the StrEnums.
 ROUTE_VALUES = tuple(Route)
 RETRIEVAL_STATUS_VALUES = tuple(RetrievalStatus)
 

@@ -1,4 +1,4 @@
-"""shared.heap: a served process's garbage-collector settings (issue 16)."""
+"""shared.heap: a served process's garbage-collector settings."""
 
 from __future__ import annotations
 

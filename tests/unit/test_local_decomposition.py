@@ -1,4 +1,4 @@
-"""The built-in model's decomposition table (issue 15), written before the splitter: compound
+"""The built-in model's decomposition table, written before the splitter: compound
 questions split at clause level into grammatical, self-contained sub-questions that carry the
 shared subject; single asks and relation questions stay simple. Expected sub-questions are
 verbatim."""
@@ -12,7 +12,7 @@ from orchestrator_service.models.local.complexity import classify
 SIMPLE: list[str] = []
 
 TABLE: list[tuple[str, list[str]]] = [
-    # --- English: coordinated wh-clauses (issue 15's first example) -------------------------
+    # --- English: coordinated wh-clauses ------------------------------------------------------
     ("What does asyncio.gather do and how does asyncio.wait_for handle timeouts?",
      ["What does asyncio.gather do?", "How does asyncio.wait_for handle timeouts?"]),
     ("What is KestrelDB and how does it store data?",

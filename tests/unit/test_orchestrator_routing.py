@@ -1,5 +1,6 @@
-"""The pure decision tables of the orchestrator: fast path (REFERENCE.md §2.4), route resolver,
-status mapping and default HITL prompts (SPEC.md §3, REFERENCE.md §2.8)."""
+"""The pure decision tables of the orchestrator: fast path (docs/trace.md#classification), route
+resolver, status mapping and default HITL prompts (docs/trace.md#the-route-resolver,
+#follow-up-prompt-and-cleared-evidence)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Synthesis (SPEC.md §4) and the resume snapshot / q* rules (SPEC.md §7, REFERENCE.md §2.12)."""
+"""Synthesis (docs/trace.md#synthesis-of-a-complex-question) and the resume snapshot / q* rules
+(docs/trace.md#the-resume-snapshot)."""
 
 from __future__ import annotations
 

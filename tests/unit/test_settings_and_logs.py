@@ -1,5 +1,5 @@
-"""Typed settings carry the env names of API.md (as the README's configuration table lists
-them), and JSON-line logging emits one parseable object per record."""
+"""Typed settings carry the env names of docs/api.md#settings (as the README's configuration table
+lists them), and JSON-line logging emits one parseable object per record."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The field catalogue and trace.proto describe the same protocol: same names, same kinds, and
-presence on every RagTrace / RetrievalMeta scalar with lists as wrapper messages (API.md)."""
+presence on every RagTrace / RetrievalMeta scalar with lists as wrapper messages
+(docs/trace.md#presence)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Context formatting of evidence records (REFERENCE.md §1.8)."""
+"""Context formatting of evidence records (docs/api.md#the-context-text)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Trace normalisation, one test per rule of SPEC.md §1/§6 and REFERENCE.md §2.13, on raw traces
-modelled on the node rows of SPEC.md §2."""
+"""Trace normalisation, one test per rule of docs/trace.md#normalisation, on raw traces
+modelled on the node rows of docs/trace.md#node-by-node."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def lenient_keys() -> Iterator[None]:
 
 
 def runtime_chunk(n: int, *, filename: str = "handbook.pdf", page: int | str = 3) -> dict[str, Any]:
-    """A 16-key runtime evidence record as the retrieval service returns it (SPEC.md §6)."""
+    """A 16-key runtime evidence record as the retrieval service returns it
+    (docs/trace.md#evidence-records)."""
     return {
         "id": 460000 + n,
         "filename": filename,
@@ -50,7 +51,7 @@ def runtime_chunk(n: int, *, filename: str = "handbook.pdf", page: int | str = 3
 
 def retrieval_meta(**overrides: Any) -> dict[str, Any]:
     """R as the retrieval service wrote it, rerank unconfigured: rerank_model/rerank_error None,
-    rerank_endpoint "" (SPEC.md §5 I)."""
+    rerank_endpoint "" (docs/api.md#rerank)."""
     meta: dict[str, Any] = {
         "retrieval_pipeline": "recall_merge_rerank",
         "retrieval_mode": "hybrid",
