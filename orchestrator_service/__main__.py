@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from orchestrator_service.bootstrap import serve_app
 
-    # uvloop: ×0.94 CPU per Run (ENVIRONMENT.md §6); workers: one process per core at most.
+    # uvloop: less CPU per Run (docs/benchmarks.md#orchestrator_throughput); workers: one process
+    # per core at most.
     return run_service(
         "orchestrator_service",
         OrchestratorSettings,

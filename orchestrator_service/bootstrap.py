@@ -77,7 +77,7 @@ async def serve_app(settings: OrchestratorSettings, on_started: Callable[[], Non
     app = build_app(settings)
 
     def started() -> None:
-        settle_heap()  # the collector: 11 % of CPU → 0.5 % (README, "CPU per Run")
+        settle_heap()  # the collector: 11 % of CPU → 0.5 % (docs/benchmarks.md)
         on_started()
 
     await serve(app.server, on_stop=app.aclose, on_started=started)

@@ -1,4 +1,4 @@
-"""The local fast path of classification (SPEC.md §5 B, REFERENCE.md §2.4): obviously simple
+"""The local fast path of classification (docs/trace.md#classification): obviously simple
 questions are classified without a model call."""
 
 from __future__ import annotations

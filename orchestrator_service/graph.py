@@ -1,4 +1,4 @@
-"""The LangGraph workflows (SPEC.md §2, REFERENCE.md §2.3): the main RAG graph and the resume
+"""The LangGraph workflows (docs/trace.md#node-by-node): the main RAG graph and the resume
 graph. Built by factories and compiled once per process; clients reach the nodes through the
 runtime context (`RunContext`), so one compiled graph serves every request."""
 

@@ -42,7 +42,7 @@ MODEL_OUTCOMES = (
 
 RUNS = Counter(
     "supermew_runs_total",
-    "Runs and resumes answered, by final route and retrieval_status (SPEC.md §3).",
+    "Runs and resumes answered, by final route and retrieval_status.",
     ("route", "retrieval_status"),
     registry=REGISTRY,
 )

@@ -1,6 +1,6 @@
 """The orchestrator core: validates a request, runs the compiled graph with the request's
 runtime context, and shapes the outcome (S.docs/context, the normalised trace and, on HITL,
-the resume snapshot beside it — SPEC.md §1, §7). When asked, it then writes the grounded
+the resume snapshot beside it — docs/trace.md#node-by-node). When asked, it then writes the grounded
 answer from the final evidence (docs/api.md#grounded-answers), outside the graph and the trace.
 The gRPC servicer is a thin adapter over it."""
 
@@ -46,7 +46,7 @@ def _discard(_text: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
-    """What Run/Resume answer (API.md RunResult) in dict form."""
+    """What Run/Resume answer (docs/api.md#orchestratorservice, RunResult) in dict form."""
 
     question: str
     route: str

@@ -1,4 +1,4 @@
-"""Cross-turn HITL (SPEC.md §7, REFERENCE.md §2.11–§2.12): the 7-key resume snapshot a result
+"""Cross-turn HITL (docs/trace.md#the-resume-snapshot): the 7-key resume snapshot a result
 carries, its validation when it comes back, the merged question q*, and the state H0 builds."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _allowed(key: str) -> frozenset[str]:
 
 @dataclass(frozen=True, slots=True)
 class ResumeSnapshot:
-    """The resume snapshot of SPEC.md §7: exactly the keys of the catalogue's
+    """The resume snapshot (docs/trace.md#the-resume-snapshot): exactly the keys of the catalogue's
     HITL_RESUME_STATE_FIELDS. `complexity` / `complexity_reason` are None when unknown."""
 
     question: str
@@ -48,7 +48,7 @@ class ResumeSnapshot:
     @classmethod
     def from_mapping(cls, snapshot: Mapping[str, Any]) -> ResumeSnapshot:
         """A snapshot coming back from a caller, checked against the catalogue (kinds, allowed
-        values) and SPEC.md §7 (question not blank, status matching the route, budget ≥ 0, at
+        values) and its rules (question not blank, status matching the route, budget ≥ 0, at
         most MAX_SUB_QUESTIONS sub-questions). InvalidArgument names the failing field as
         `resume_state.<key>`. A missing rewrite_count or sub_questions reads as 0 / none."""
         question = snapshot.get("question")
@@ -126,8 +126,8 @@ class ResumeSnapshot:
 
 
 def refined_question(question: str, user_answer: str) -> str:
-    """q* (REFERENCE.md §2.12): "{answer}：{question}" with a full-width colon, unless the
-    (stripped) answer is empty or already contained in the question."""
+    """q* (docs/trace.md#the-resume-snapshot): "{answer}：{question}" with a full-width colon,
+    unless the (stripped) answer is empty or already contained in the question."""
     answer = user_answer.strip()
     if not question:
         return answer
@@ -137,9 +137,9 @@ def refined_question(question: str, user_answer: str) -> str:
 
 
 def state_from_resume(snapshot: ResumeSnapshot, user_answer: str) -> RagState:
-    """H0 (SPEC.md §2): a fresh main-question state for q* with the budget restored and the
-    seed trace (tool identity, q*, the hitl_* keys; complexity, reason and plan only when they
-    have a value). No stage, evidence or grade yet."""
+    """H0 (docs/trace.md#node-by-node): a fresh main-question state for q* with the budget restored
+    and the seed trace (tool identity, q*, the hitl_* keys; complexity, reason and plan only when
+    they have a value). No stage, evidence or grade yet."""
     refined = refined_question(snapshot.question, user_answer)
     trace: dict[str, Any] = {
         "tool_used": True,

@@ -1,5 +1,5 @@
-"""Routing after a grade (SPEC.md §3): the route resolver, the route → status mapping and the
-default HITL follow-up prompts. Pure functions; the grading node applies them."""
+"""Routing after a grade (docs/trace.md#routes-and-statuses): the route resolver, the route → status
+mapping and the default HITL follow-up prompts. Pure functions; the grading node applies them."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from shared.trace_fields import (
     Route,
 )
 
-#: Routes after which S.docs / S.context are cleared (SPEC.md §3 table).
+#: Routes after which S.docs / S.context are cleared
+#: (docs/trace.md#follow-up-prompt-and-cleared-evidence).
 CLEARING_ROUTES: frozenset[Route] = HITL_ROUTES | {Route.NO_KNOWLEDGE}
 
-#: The one rewrite the main question may spend (SPEC.md §2 S3).
+#: The one rewrite the main question may spend (docs/trace.md#rewrite).
 REWRITE_BUDGET = 1
 
 DEFAULT_SCOPE_PROMPT = "我在知识库中找到了多个可能相关的方向。你想问的是哪一个？"
@@ -29,7 +30,7 @@ DEFAULT_CLARIFY_PROMPT = "我找到了相关内容，但证据不足以确定答
 def resolve_route(
     grade: EvidenceGrade, *, has_docs: bool, rewrite_count: int, is_sub_agent: bool
 ) -> Route:
-    """The final route of one grading (SPEC.md §3, REFERENCE.md §2.8.1). First match wins:
+    """The final route of one grading (docs/trace.md#the-route-resolver). First match wins:
 
     | #  | condition (NK = no_knowledge)                             | route                    |
     |----|-----------------------------------------------------------|--------------------------|
@@ -72,7 +73,7 @@ def resolve_route(
 
 
 def retrieval_status_for(route: str, answerability: str) -> RetrievalStatus:
-    """`retrieval_status` read with the final route (SPEC.md §3, REFERENCE.md §2.8.2)."""
+    """`retrieval_status` read with the final route (docs/trace.md#the-route-resolver)."""
     if route == Route.ANSWER:
         if answerability == Answerability.PARTIAL:
             return RetrievalStatus.PARTIAL
@@ -85,9 +86,9 @@ def retrieval_status_for(route: str, answerability: str) -> RetrievalStatus:
 
 
 def hitl_prompt_for(route: str, grade: EvidenceGrade) -> str:
-    """The follow-up question (REFERENCE.md §2.8.3): "" unless the route is clarify or
-    scope_select; then the model's prompt, else the default for scope_select, for named
-    missing slots, or the generic clarification."""
+    """The follow-up question (docs/trace.md#follow-up-prompt-and-cleared-evidence): "" unless the
+    route is clarify or scope_select; then the model's prompt, else the default for scope_select,
+    for named missing slots, or the generic clarification."""
     if route not in HITL_ROUTES:
         return ""
     if grade.hitl_prompt.strip():

@@ -16,8 +16,8 @@ from shared.errors import DeadlineExceeded
 
 @dataclass(frozen=True, slots=True)
 class Retrieval:
-    """One retrieval's output: runtime chunk records (SPEC.md §6) in ranking order and the R
-    meta with None values already skipped."""
+    """One retrieval's output: runtime chunk records (docs/trace.md#evidence-records) in ranking
+    order and the R meta with None values already skipped."""
 
     docs: list[dict[str, Any]]
     meta: dict[str, Any]

@@ -1,4 +1,4 @@
-"""Settings of the orchestrator service (API.md "Configuration")."""
+"""Settings of the orchestrator service (docs/api.md#settings)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""S, the run state passed between graph nodes (SPEC.md §1–§2, REFERENCE.md §2.2). The raw
+"""S, the run state passed between graph nodes (docs/trace.md#node-by-node). The raw
 trace T lives in `rag_trace`; the request's clients and progress sink are not state but the
 graph's runtime context (orchestrator_service.runtime)."""
 
@@ -48,7 +48,7 @@ def initial_state(
     group_label: str | None = None,
     sub_index: int | None = None,
 ) -> RagState:
-    """N0 (SPEC.md §2): question = query = Q, budget 0, no evidence, T = None."""
+    """N0 (docs/trace.md#node-by-node): question = query = Q, budget 0, no evidence, T = None."""
     return {
         "question": question,
         "query": question,

@@ -1,5 +1,6 @@
-"""Progress events (RagStep, REFERENCE.md §3): the step catalogue's texts and the per-request
-sink that stamps elapsed / stage-elapsed milliseconds. Steps are never part of the trace."""
+"""Progress events (RagStep, docs/trace.md#progress-steps): the step catalogue's texts and the
+per-request sink that stamps elapsed / stage-elapsed milliseconds. Steps are never part of the
+trace."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class QueueStepSink(StepSink):
             yield item
 
 
-# ---- the catalogue (REFERENCE.md §3) -------------------------------------------------------
+# ---- the catalogue (docs/trace.md#progress-steps) -------------------------------------------
 CLASSIFY = ("🧭", "正在分析问题复杂度...")
 CLASSIFY_FAST = ("⚡", "快速判断为简单问题 → 走标准 RAG 流程")
 CLASSIFY_SIMPLE = ("✅", "简单问题 → 走标准 RAG 流程")

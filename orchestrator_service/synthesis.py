@@ -1,6 +1,6 @@
-"""Synthesis of a complex question (SPEC.md §4, REFERENCE.md §2.10): accepted children's
-evidence merged by order-preserving dedupe, and the parent trace with one of the four terminal
-states. Pure: no model call, no I/O."""
+"""Synthesis of a complex question (docs/trace.md#synthesis-of-a-complex-question): accepted
+children's evidence merged by order-preserving dedupe, and the parent trace with one of the four
+terminal states. Pure: no model call, no I/O."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from shared.trace_fields import (
     Stage,
 )
 
-#: The children whose evidence synthesis merges (SPEC.md §4).
+#: The children whose evidence synthesis merges (docs/trace.md#synthesis-of-a-complex-question).
 ACCEPTED_STATUSES: frozenset[RetrievalStatus] = frozenset(
     {RetrievalStatus.ANSWERABLE, RetrievalStatus.PARTIAL}
 )
@@ -31,7 +31,7 @@ _ROUTE_FOR_HITL_STATUS: dict[RetrievalStatus, Route] = {
 
 def dedupe_key(doc: Mapping[str, Any]) -> str:
     """Two chunks are the same chunk when their `chunk_id` matches; without one, when filename,
-    page and text all match (SPEC.md §4)."""
+    page and text all match (docs/trace.md#synthesis-of-a-complex-question)."""
     chunk_id = str(doc.get("chunk_id") or "").strip()
     if chunk_id:
         return chunk_id
@@ -68,7 +68,7 @@ def synthesize(
     sub_results: Sequence[Mapping[str, Any]],
     normalize_sub_trace: Callable[[Any], dict[str, Any] | None],
 ) -> dict[str, Any]:
-    """The parent's state update and NEW raw trace (SPEC.md §2 C5, §4).
+    """The parent's state update and NEW raw trace (docs/trace.md#synthesis-of-a-complex-question).
 
     | DΣ        | children               | route / status                | relevance / answerab. |
     |-----------|------------------------|-------------------------------|-----------------------|

@@ -1,4 +1,4 @@
-"""Model tasks of the workflow (API.md "Model calls") behind one `ModelClient` interface, and
+"""Model tasks of the workflow (docs/api.md#model-calls) behind one `ModelClient` interface, and
 the factory the composition root uses to pick the implementation."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The `ModelClient` interface: one method per model task of API.md, each returning its task's
-schema-valid output. Implementations: the OpenAI-compatible remote client and the built-in
-local model. The workflow's own rules (sub-question limits, route resolution) are applied by
-the nodes, not here."""
+"""The `ModelClient` interface: one method per model task of docs/api.md#model-calls, each returning
+its task's schema-valid output. Implementations: the OpenAI-compatible remote client and the
+built-in local model. The workflow's own rules (sub-question limits, route resolution) are applied
+by the nodes, not here."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from shared.trace_fields import (
 )
 
 # The fixed task names: the remote client sends them as response_format.json_schema.name,
-# and test doubles and logs key on them (API.md).
+# and test doubles and logs key on them (docs/api.md#model-calls).
 TASK_COMPLEXITY = "complexity_classification"
 TASK_GRADE = "evidence_grade"
 TASK_REWRITE = "query_rewrite"
@@ -35,7 +35,7 @@ class _TaskOutput(BaseModel):
 
 
 class ComplexityResult(_TaskOutput):
-    """Output of `complexity_classification` (REFERENCE.md §2.4)."""
+    """Output of `complexity_classification` (docs/api.md#model-calls)."""
 
     complexity: Complexity
     reason: str = ""
@@ -43,8 +43,8 @@ class ComplexityResult(_TaskOutput):
 
 
 class EvidenceGrade(_TaskOutput):
-    """Output of `evidence_grade` (REFERENCE.md §2.7). `route` is only a suggestion: the route
-    resolver of SPEC.md §3 decides the final route."""
+    """Output of `evidence_grade` (docs/api.md#model-calls). `route` is only a suggestion: the
+    route resolver (docs/trace.md#the-route-resolver) decides the final route."""
 
     relevance: Relevance
     answerability: Answerability
@@ -58,7 +58,7 @@ class EvidenceGrade(_TaskOutput):
 
 
 class RewritePlan(_TaskOutput):
-    """Output of `query_rewrite` (REFERENCE.md §2.9): exactly one helper text is non-empty."""
+    """Output of `query_rewrite` (docs/trace.md#rewrite): exactly one helper text is non-empty."""
 
     method: RewriteMethod
     step_back_question: str = Field("", max_length=300)
@@ -67,8 +67,8 @@ class RewritePlan(_TaskOutput):
 
 class ModelClient(Protocol):
     """One method per model task. `docs` are runtime evidence records (the Chunk keys of
-    SPEC.md §6: filename, page_number, text, score, rerank_score, …) in ranking order.
-    `timeout` is the time left of the caller's deadline in seconds (None = the client's own).
+    docs/trace.md#evidence-records: filename, page_number, text, score, rerank_score, …) in ranking
+    order. `timeout` is the time left of the caller's deadline in seconds (None = the client's own).
 
     Errors: `shared.errors.ModelOutputInvalid(task, …)` when the reply violates the task schema
     after one retry, `DependencyUnavailable` when the endpoint cannot be reached,

@@ -1,5 +1,5 @@
-"""Prompts of the model tasks (API.md "Model calls", intent of REFERENCE.md §2.4, §2.7,
-§2.9; answer_generation: docs/api.md#grounded-answers). The question and every chunk text are
+"""Prompts of the model tasks (docs/api.md#model-calls; answer_generation:
+docs/api.md#grounded-answers). The question and every chunk text are
 carried verbatim, inside tags, so that nothing in them can be mistaken for instructions — and
 so a scripted test server can read them back."""
 

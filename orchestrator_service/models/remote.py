@@ -1,4 +1,4 @@
-"""The OpenAI-compatible remote model client (API.md "Model calls"): POST
+"""The OpenAI-compatible remote model client (docs/api.md#model-calls): POST
 {LLM_BASE_URL}/chat/completions with a strict json_schema response format named after the task,
 temperature 0, pydantic validation and one retry on invalid output. HTTP failures are
 translated once here (docs/api.md#status-codes): a permanent refusal (400/401/403/404) is

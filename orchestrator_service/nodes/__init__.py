@@ -1,5 +1,5 @@
-"""The graph's nodes (SPEC.md §2), one module per step. Each is an async function of the state
-and the LangGraph `Runtime[RunContext]`, returning the keys it changes."""
+"""The graph's nodes (docs/trace.md#node-by-node), one module per step. Each is an async function of
+the state and the LangGraph `Runtime[RunContext]`, returning the keys it changes."""
 
 from typing import Final
 

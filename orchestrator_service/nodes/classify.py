@@ -1,4 +1,5 @@
-"""N1 classify_complexity and C1 prepare_sub_questions / the Send fan-out (SPEC.md §2)."""
+"""N1 classify_complexity and C1 prepare_sub_questions / the Send fan-out
+(docs/trace.md#node-by-node)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from shared.trace_fields import MAX_SUB_QUESTIONS, Complexity
 
 
 def clean_sub_questions(sub_questions: list[str] | None) -> list[str]:
-    """Stripped, blank ones dropped (REFERENCE.md §2.4)."""
+    """Stripped, blank ones dropped (docs/trace.md#classification)."""
     return [sq.strip() for sq in sub_questions or () if sq and sq.strip()]
 
 

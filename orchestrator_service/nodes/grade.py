@@ -1,4 +1,4 @@
-"""S2/C3/S5/H2 grade_documents (SPEC.md §2–§3): the empty-evidence short circuit or the
+"""S2/C3/S5/H2 grade_documents (docs/trace.md#node-by-node): the empty-evidence short circuit or the
 `evidence_grade` model task, then the route resolver, status, HITL prompt and clearing rules."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from shared.trace_fields import (
     Route,
 )
 
-#: The grade used, without a model call, when there is no evidence (SPEC.md §3).
+#: The grade used, without a model call, when there is no evidence
+#: (docs/trace.md#routes-and-statuses).
 EMPTY_EVIDENCE_GRADE = EvidenceGrade(
     relevance=Relevance.NONE,
     answerability=Answerability.NONE,

@@ -1,5 +1,5 @@
-"""The retrieval nodes (SPEC.md §2): S1/C2 retrieve_initial, S4 retrieve_rewritten and H1
-retrieve_resume_query. Each replaces S.docs/context and writes its stage's keys of T."""
+"""The retrieval nodes (docs/trace.md#node-by-node): S1/C2 retrieve_initial, S4 retrieve_rewritten
+and H1 retrieve_resume_query. Each replaces S.docs/context and writes its stage's keys of T."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""S3 rewrite_question (SPEC.md §2, REFERENCE.md §2.9): one `query_rewrite` model call picks
+"""S3 rewrite_question (docs/trace.md#rewrite): one `query_rewrite` model call picks
 step-back or HyDE and writes its helper text; the budget of one rewrite is spent here."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _HELPER_PREFIX: dict[RewriteMethod, str] = {
 
 def rewritten_query_for(question: str, method: RewriteMethod, helper: str) -> str:
     """The query of the second retrieval: Q, a blank line, then the labelled helper text
-    (full-width colon), REFERENCE.md §2.9."""
+    (full-width colon), docs/trace.md#rewrite."""
     return f"{question}\n\n{_HELPER_PREFIX[method]}{helper}"
 
 
@@ -95,5 +95,5 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
 
 async def route_after_rewrite(state: RagState) -> Literal["retrieve_rewritten", "__end__"]:
     """Re-retrieval after a real rewrite; the defensive branch ends the run (never reaches
-    retrieve_rewritten — this project's deliberate difference, REFERENCE.md §0)."""
+    retrieve_rewritten — docs/trace.md#rewrite)."""
     return "retrieve_rewritten" if state.get("route") == Route.REWRITE else END_NODE

@@ -1,5 +1,5 @@
-"""C2–C4 rag_sub_agent (SPEC.md §2): initial retrieval and one grading for one sub-question,
-never a rewrite; returns only its `sub_results` entry."""
+"""C2–C4 rag_sub_agent (docs/trace.md#node-by-node): initial retrieval and one grading for one
+sub-question, never a rewrite; returns only its `sub_results` entry."""
 
 from __future__ import annotations
 

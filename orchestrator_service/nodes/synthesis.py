@@ -1,4 +1,5 @@
-"""C5 synthesis (SPEC.md §2, §4): merge the sub-agents' results into the parent's NEW trace."""
+"""C5 synthesis (docs/trace.md#synthesis-of-a-complex-question): merge the sub-agents' results into
+the parent's NEW trace."""
 
 from __future__ import annotations
 

