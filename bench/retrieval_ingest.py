@@ -349,10 +349,11 @@ def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float
     from pymilvus import MilvusClient
 
     from retrieval_service.adapters.milvus import schema
+    from retrieval_service.core.documents import LEVELS
     from retrieval_service.core.ingest import store_row
 
     rng = np.random.default_rng(0)
-    rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in schema.LEVELS}
+    rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
     for name, text in docs.items():
         for c in chunk_document(name, "Text", [Page(0, text)], CHUNKING):
             vector = rng.standard_normal(384).astype(np.float32)
@@ -364,7 +365,7 @@ def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float
         client = MilvusClient(db)
         try:
             bm25 = {"bm25_k1": 1.2, "bm25_b": 0.75}
-            for lvl in schema.LEVELS:
+            for lvl in LEVELS:
                 client.create_collection(
                     f"raw_l{lvl}",
                     schema=schema.chunk_schema(384),
@@ -375,7 +376,7 @@ def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float
             for lvl in (3, 2, 1):
                 for i in range(1 if lvl == 3 else 0, len(rows[lvl]), 1000):
                     client.insert(f"raw_l{lvl}", rows[lvl][i : i + 1000])
-            for lvl in schema.LEVELS:
+            for lvl in LEVELS:
                 client.flush(f"raw_l{lvl}")
             seconds = time.perf_counter() - started
         finally:

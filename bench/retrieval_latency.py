@@ -34,9 +34,9 @@ from bench._retrieval_rig import (
     table,
 )
 from retrieval_service.adapters.embedders import normalise
-from retrieval_service.adapters.milvus.registry import DocumentEntry
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.chunking import ChunkRecord
+from retrieval_service.core.documents import DocumentEntry
 from retrieval_service.core.ingest import store_row
 
 DIM = 384

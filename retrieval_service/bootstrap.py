@@ -22,9 +22,10 @@ from retrieval_service.adapters.milvus.connection import (
 )
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.adapters.milvus.registry import DocumentRegistry
-from retrieval_service.adapters.milvus.schema import LEVELS, unanalysed_problem
+from retrieval_service.adapters.milvus.schema import unanalysed_problem
 from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.core.chunking import ChunkingConfig
+from retrieval_service.core.documents import LEVELS
 from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer

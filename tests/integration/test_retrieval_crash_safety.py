@@ -32,7 +32,7 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.adapters.embedders import OpenAIEmbedder
 from retrieval_service.adapters.milvus.connection import StoreConfig
-from retrieval_service.adapters.milvus.schema import LEVELS, PENDING, TOMBSTONE
+from retrieval_service.core.documents import LEVELS, PENDING, TOMBSTONE
 from retrieval_service.core.ingest import CRASH_POINTS
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import (

@@ -14,9 +14,10 @@ import pytest
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.adapters.milvus.connection import StoreConfig
-from retrieval_service.adapters.milvus.schema import LEVELS, UNANALYSED
+from retrieval_service.adapters.milvus.schema import UNANALYSED
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.chunking import Page, chunk_document
+from retrieval_service.core.documents import LEVELS
 from retrieval_service.core.ingest import store_row
 from retrieval_service.settings import RetrievalSettings
 from shared.errors import ConfigurationError

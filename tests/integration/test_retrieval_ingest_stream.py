@@ -18,7 +18,7 @@ import pytest
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.adapters.embedders import OpenAIEmbedder
-from retrieval_service.adapters.milvus.schema import LEVELS, PENDING
+from retrieval_service.core.documents import LEVELS, PENDING
 from retrieval_service.core.ingest import SourceDocument
 from shared.errors import DeadlineExceeded
 from tests.fakes.embeddings_server import EmbeddingsServer

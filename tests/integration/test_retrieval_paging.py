@@ -18,8 +18,13 @@ import pytest
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.adapters.embedders import OpenAIEmbedder
-from retrieval_service.adapters.milvus.registry import DocumentEntry, encode_page_token
-from retrieval_service.adapters.milvus.schema import COMMITTED, PENDING, TOMBSTONE
+from retrieval_service.core.documents import (
+    COMMITTED,
+    PENDING,
+    TOMBSTONE,
+    DocumentEntry,
+    encode_page_token,
+)
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import Service, running_service
 

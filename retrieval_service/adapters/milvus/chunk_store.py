@@ -15,8 +15,8 @@ from retrieval_service.adapters.milvus.schema import (
     UNANALYSED,
     bm25_spec,
     dense_spec,
-    version_pk,
 )
+from retrieval_service.core.documents import version_pk
 
 Row = dict[str, Any]
 _READ_BATCH = 500

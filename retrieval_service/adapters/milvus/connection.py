@@ -20,6 +20,7 @@ import grpc
 
 from retrieval_service.adapters.milvus import schema
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
+from retrieval_service.core.documents import LEVELS
 from retrieval_service.metrics import record_milvus_error
 from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
 from shared.tracing import span
@@ -208,10 +209,10 @@ class MilvusStore:
     def legacy_collections(self) -> list[str]:
         """The names the unversioned layout used (before `LAYOUT_SUFFIX`)."""
         base = self.config.collection
-        return [*(f"{base}_l{lvl}" for lvl in schema.LEVELS), f"{base}_documents"]
+        return [*(f"{base}_l{lvl}" for lvl in LEVELS), f"{base}_documents"]
 
     def all_collections(self) -> list[str]:
-        return [*(self.level_collection(lvl) for lvl in schema.LEVELS), self.registry_collection]
+        return [*(self.level_collection(lvl) for lvl in LEVELS), self.registry_collection]
 
     # ---- calls -------------------------------------------------------------------------
 
@@ -293,7 +294,7 @@ class MilvusStore:
                 schema.chunk_schema(self.config.dim),
                 lambda: schema.chunk_index_params(client, self.config.bm25_params),
             )
-            for level in schema.LEVELS
+            for level in LEVELS
         ]
         wanted.append(
             (

@@ -8,97 +8,35 @@ id of that version is derived (never scanned)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
 import json
-import secrets
-import time
 from collections.abc import Generator, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
 from retrieval_service.adapters.milvus.schema import (
-    COMMITTED,
-    PENDING,
     REGISTRY_FIELDS,
     REGISTRY_KEY_FIELDS,
     REGISTRY_VECTOR_DIM,
-    TOMBSTONE,
     registry_pk,
-    version_pk,
 )
-from shared.errors import InvalidArgument
+from retrieval_service.core.documents import (
+    COMMITTED,
+    PENDING,
+    TOMBSTONE,
+    DocumentEntry,
+    DocumentPage,
+    RecordKey,
+    current_of,
+    decode_page_token,
+    encode_page_token,
+)
 
 _BATCH = 1000
-_TOKEN_PREFIX = "after:"
 
 
-def new_version() -> str:
-    """A fresh version token: zero-padded wall-clock nanoseconds (so versions order by the time
-    they were started, across processes) and a random suffix (so two are never equal)."""
-    return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
-
-
-def version_age_seconds(version: str, now_ns: int | None = None) -> float:
-    """How long ago a version was started (its timestamp prefix); 0 for an unreadable one."""
-    try:
-        started = int(version.split("-", 1)[0])
-    except ValueError:
-        return 0.0
-    return max(0.0, ((now_ns if now_ns is not None else time.time_ns()) - started) / 1e9)
-
-
-@dataclass(slots=True)
-class DocumentEntry:
-    """One registry record: one version of a document. `page_counts[page] = [l1, l2, l3]`
-    counts chunks per page and level, from which every chunk id is derived."""
-
-    filename: str
-    file_type: str
-    pages: int
-    page_counts: dict[str, list[int]] = field(default_factory=dict)
-    version: str = ""
-    state: int = COMMITTED
-
-    def level_count(self, level: int) -> int:
-        return sum(counts[level - 1] for counts in self.page_counts.values())
-
-    def ids(self, level: int) -> list[str]:
-        """The public chunk ids of this version on one level."""
-        return [
-            f"{self.filename}::p{page}::l{level}::{n}"
-            for page, counts in self.page_counts.items()
-            for n in range(counts[level - 1])
-        ]
-
-    def pks(self, level: int) -> list[str]:
-        """The primary keys of this version's rows on one level."""
-        return [version_pk(chunk_id, self.version) for chunk_id in self.ids(level)]
-
-    @property
-    def pk(self) -> str:
-        return registry_pk(self.filename, self.version)
-
-
-@dataclass(frozen=True, slots=True)
-class RecordKey:
-    """What a registry scan reads of each record (no chunk counts)."""
-
-    filename: str
-    version: str
-    state: int
-
-    @property
-    def pk(self) -> str:
-        return registry_pk(self.filename, self.version)
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentPage:
-    entries: list[DocumentEntry]
-    next_page_token: str
+def _pk(record: DocumentEntry | RecordKey) -> str:
+    return registry_pk(record.filename, record.version)
 
 
 def _entry(row: dict[str, Any]) -> DocumentEntry:
@@ -114,7 +52,7 @@ def _entry(row: dict[str, Any]) -> DocumentEntry:
 
 def _row(entry: DocumentEntry) -> dict[str, Any]:
     return {
-        "pk": entry.pk,
+        "pk": _pk(entry),
         "filename": entry.filename,
         "version": entry.version,
         "state": entry.state,
@@ -123,34 +61,6 @@ def _row(entry: DocumentEntry) -> dict[str, Any]:
         "page_counts": json.dumps(entry.page_counts, separators=(",", ":")),
         "marker": [0.0] * REGISTRY_VECTOR_DIM,
     }
-
-
-def current_of(keys: Iterable[RecordKey]) -> dict[str, RecordKey]:
-    """Per filename, its greatest committed record (a tombstone included): the current one."""
-    out: dict[str, RecordKey] = {}
-    for key in keys:
-        if key.state == PENDING:
-            continue
-        best = out.get(key.filename)
-        if best is None or key.version > best.version:
-            out[key.filename] = key
-    return out
-
-
-def encode_page_token(last_filename: str) -> str:
-    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last_filename).encode()).decode()
-
-
-def decode_page_token(token: str) -> str:
-    """The filename a page token continues after; INVALID_ARGUMENT for anything this service
-    did not issue."""
-    try:
-        text = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
-    except (UnicodeError, binascii.Error, ValueError):
-        raise InvalidArgument("page_token", "is not a token this service issued") from None
-    if not text.startswith(_TOKEN_PREFIX) or len(text) == len(_TOKEN_PREFIX):
-        raise InvalidArgument("page_token", "is not a token this service issued")
-    return text[len(_TOKEN_PREFIX) :]
 
 
 class DocumentRegistry:
@@ -173,7 +83,7 @@ class DocumentRegistry:
         client.upsert(self._collection, rows)
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
-        pks = [e.pk for e in entries]
+        pks = [_pk(e) for e in entries]
         for start in range(0, len(pks), _BATCH):
             batch = pks[start : start + _BATCH]
             await self._milvus.run(
@@ -247,7 +157,7 @@ class DocumentRegistry:
 
     async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
         """The complete records of `keys` (by primary key)."""
-        pks = [k.pk for k in keys]
+        pks = [_pk(k) for k in keys]
         out: list[DocumentEntry] = []
         for start in range(0, len(pks), _BATCH):
             rows = await self._milvus.run(
@@ -268,10 +178,10 @@ class DocumentRegistry:
         previous = ""
         scan = self._scan(client, expr)
         for key in scan:
-            if key.pk < previous:
+            if _pk(key) < previous:
                 scan.close()
                 return self._page_keys_unordered(client, expr, size)
-            previous = key.pk
+            previous = _pk(key)
             if group and key.filename != group[0].filename:
                 live.extend(k for k in current_of(group).values() if k.state == COMMITTED)
                 group = []

@@ -19,7 +19,6 @@ from shared.lexical import bm25_text
 ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
 #: What a BM25 index without explicit parameters scores with (Milvus and Milvus Lite alike).
 BM25_DEFAULTS: dict[str, float] = {"bm25_k1": 1.5, "bm25_b": 0.75}
-LEVELS = (1, 2, 3)
 #: The BM25 text of a row whose level recall does not search with BM25 (every level but
 #: LEAF_RETRIEVE_LEVEL's, unless BM25_ALL_LEVELS): a lone space, which the analyser reads as no
 #: terms at all. Milvus Lite's jieba analysis is most of an insert's cost and the parents
@@ -30,8 +29,6 @@ UNANALYSED = " "
 #: records in the registry) lives in new collections, so a store of the earlier layout
 #: (`{collection}_l1` …, keyed by chunk_id) is left alone instead of failing the schema check.
 LAYOUT_SUFFIX = "_v2"
-#: Registry record states: an ingest in flight, its commit, and a delete's commit.
-PENDING, COMMITTED, TOMBSTONE = 0, 1, 2
 VERSION_MAX = 64
 # A filename is at most 255 characters of at most 4 UTF-8 bytes, 2 hex digits each.
 REGISTRY_PK_MAX = 2 * 4 * 255 + 1 + VERSION_MAX
@@ -185,11 +182,6 @@ def schema_problems(description: dict[str, Any], expected_schema: Any) -> list[s
         if not any(str(getattr(fn["type"], "name", fn["type"])) == "BM25" for fn in functions):
             problems.append("no BM25 function writes the sparse field")
     return problems
-
-
-def version_pk(chunk_id: str, version: str) -> str:
-    """The primary key of one version of a chunk."""
-    return f"{chunk_id}#{version}"
 
 
 def registry_pk(filename: str, version: str) -> str:

@@ -37,24 +37,22 @@ from retrieval_service.adapters.loaders import (
 )
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import STORE_FAILURES, MilvusStore
-from retrieval_service.adapters.milvus.registry import (
-    DocumentEntry,
-    DocumentPage,
-    DocumentRegistry,
-    RecordKey,
-    current_of,
-    new_version,
-    version_age_seconds,
-)
-from retrieval_service.adapters.milvus.schema import (
+from retrieval_service.adapters.milvus.registry import DocumentRegistry
+from retrieval_service.adapters.milvus.schema import UNANALYSED
+from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
+from retrieval_service.core.documents import (
     COMMITTED,
     LEVELS,
     PENDING,
     TOMBSTONE,
-    UNANALYSED,
+    DocumentEntry,
+    DocumentPage,
+    RecordKey,
+    current_of,
+    new_version,
+    version_age_seconds,
     version_pk,
 )
-from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
 from retrieval_service.core.recall import EMBEDDER_FAILURES
 from retrieval_service.metrics import record_ingested
 from shared.errors import DeadlineExceeded, DependencyUnavailable, InvalidArgument

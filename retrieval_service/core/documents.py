@@ -1,0 +1,114 @@
+"""The documents of the store as the domain sees them: chunk levels, versions and their commit
+records, the rule that says which version is current, and the list-page token. Every ingest
+writes a new *version* of a document; its record is PENDING while its rows are written,
+COMMITTED once they all are, and a delete commits a TOMBSTONE version. The current version of
+a document is its greatest committed version (a tombstone = deleted), so "newest wins" is
+decidable without compare-and-set (retrieval_service/README.md "Crash safety")."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from shared.errors import InvalidArgument
+
+#: The three chunk levels: L1 ⊃ L2 ⊃ L3 (the leaves).
+LEVELS = (1, 2, 3)
+#: Record states: an ingest in flight, its commit, and a delete's commit.
+PENDING, COMMITTED, TOMBSTONE = 0, 1, 2
+_TOKEN_PREFIX = "after:"
+
+
+def version_pk(chunk_id: str, version: str) -> str:
+    """The key of one version of a chunk."""
+    return f"{chunk_id}#{version}"
+
+
+def new_version() -> str:
+    """A fresh version token: zero-padded wall-clock nanoseconds (so versions order by the time
+    they were started, across processes) and a random suffix (so two are never equal)."""
+    return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
+
+
+def version_age_seconds(version: str, now_ns: int | None = None) -> float:
+    """How long ago a version was started (its timestamp prefix); 0 for an unreadable one."""
+    try:
+        started = int(version.split("-", 1)[0])
+    except ValueError:
+        return 0.0
+    return max(0.0, ((now_ns if now_ns is not None else time.time_ns()) - started) / 1e9)
+
+
+@dataclass(slots=True)
+class DocumentEntry:
+    """One registry record: one version of a document. `page_counts[page] = [l1, l2, l3]`
+    counts chunks per page and level, from which every chunk id is derived."""
+
+    filename: str
+    file_type: str
+    pages: int
+    page_counts: dict[str, list[int]] = field(default_factory=dict)
+    version: str = ""
+    state: int = COMMITTED
+
+    def level_count(self, level: int) -> int:
+        return sum(counts[level - 1] for counts in self.page_counts.values())
+
+    def ids(self, level: int) -> list[str]:
+        """The public chunk ids of this version on one level."""
+        return [
+            f"{self.filename}::p{page}::l{level}::{n}"
+            for page, counts in self.page_counts.items()
+            for n in range(counts[level - 1])
+        ]
+
+    def pks(self, level: int) -> list[str]:
+        """The primary keys of this version's rows on one level."""
+        return [version_pk(chunk_id, self.version) for chunk_id in self.ids(level)]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """What a registry scan reads of each record (no chunk counts)."""
+
+    filename: str
+    version: str
+    state: int
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    entries: list[DocumentEntry]
+    next_page_token: str
+
+
+def current_of(keys: Iterable[RecordKey]) -> dict[str, RecordKey]:
+    """Per filename, its greatest committed record (a tombstone included): the current one."""
+    out: dict[str, RecordKey] = {}
+    for key in keys:
+        if key.state == PENDING:
+            continue
+        best = out.get(key.filename)
+        if best is None or key.version > best.version:
+            out[key.filename] = key
+    return out
+
+
+def encode_page_token(last_filename: str) -> str:
+    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last_filename).encode()).decode()
+
+
+def decode_page_token(token: str) -> str:
+    """The filename a page token continues after; INVALID_ARGUMENT for anything this service
+    did not issue."""
+    try:
+        text = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+    except (UnicodeError, binascii.Error, ValueError):
+        raise InvalidArgument("page_token", "is not a token this service issued") from None
+    if not text.startswith(_TOKEN_PREFIX) or len(text) == len(_TOKEN_PREFIX):
+        raise InvalidArgument("page_token", "is not a token this service issued")
+    return text[len(_TOKEN_PREFIX) :]

@@ -1,0 +1,35 @@
+"""The failures of the retrieval core's dependencies, as the core sees them. Adapters translate
+their own errors (pymilvus, HTTP, the in-process model) into these once, where they happen; the
+core catches only these. Each subclasses the shared domain error that fixes its gRPC status
+(docs/api.md#domain-errors), so nothing else needs to know about them."""
+
+from __future__ import annotations
+
+from shared.errors import DependencyUnavailable, InternalFailure
+
+
+class StoreUnavailable(DependencyUnavailable):
+    """The vector store cannot be reached (the caller may retry): UNAVAILABLE."""
+
+    def __init__(self, message: str = "the vector store cannot be reached") -> None:
+        super().__init__("milvus", message)
+
+
+class StoreFailed(InternalFailure):
+    """The store answered but failed or refused a call (a bug or a broken store, not bad
+    input): INTERNAL with a generic message; the cause is logged where it happened."""
+
+    def __init__(self) -> None:
+        super().__init__("internal store failure")
+
+
+class EmbedderUnavailable(DependencyUnavailable):
+    """The embedding model cannot embed: its endpoint is down or answered badly, or the
+    in-process model failed: UNAVAILABLE."""
+
+    def __init__(self, message: str = "the embedding model failed") -> None:
+        super().__init__("embedder", message)
+
+
+#: What any chunk-repository or registry call may raise.
+STORE_FAILURES: tuple[type[Exception], ...] = (StoreUnavailable, StoreFailed)

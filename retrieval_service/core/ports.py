@@ -1,0 +1,159 @@
+"""The ports of the retrieval core: the small interfaces it talks to, and the values that cross
+them. `adapters/` implements them on Milvus, HTTP endpoints and the built-in model;
+`tests/fakes/in_memory_store.py` implements the two store ports in memory. Every store call
+may raise `core.errors.STORE_FAILURES`; an embedder raises `EmbedderUnavailable` or
+`DeadlineExceeded`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from retrieval_service.core.chunking import ChunkRecord, Page
+    from retrieval_service.core.documents import DocumentEntry, DocumentPage, RecordKey
+
+#: A chunk as recall returns it: the fields of a stored chunk (chunk_id, version, text,
+#: filename, file_type, file_path, page_number, parent_chunk_id, root_chunk_id, chunk_level,
+#: chunk_idx), plus `score` on search hits and the rank/rerank fields added on the way out.
+Doc = dict[str, Any]
+#: `on_batch(done, total)`: called after each batch with the passages embedded so far.
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    """One version of one chunk as the ingestor writes it: the chunk, its unit vector, the
+    version it belongs to, and whether its text is indexed for BM25 (`analysed`; a level that
+    recall never searches with BM25 skips the analyser, retrieval_service/README.md
+    "Ingestion")."""
+
+    record: ChunkRecord
+    vector: np.ndarray
+    version: str
+    analysed: bool = True
+
+
+class ChunkRepository(Protocol):
+    """Chunks by level, each row one version of a chunk (which version is current is the
+    registry's business)."""
+
+    async def hybrid_search(
+        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+    ) -> list[Doc]:
+        """Dense + BM25 recall on one level, fused to at most `candidate_k` hits, best first."""
+        ...
+
+    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Doc]:
+        """Nearest chunks by inner product, best first."""
+        ...
+
+    async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Doc]:
+        """The chunks named by (chunk_id, version), by chunk_id; missing ones are absent."""
+        ...
+
+    async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None: ...
+
+    async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
+        """Deletes rows by `documents.version_pk(chunk_id, version)`; returns how many."""
+        ...
+
+    async def delete_older(self, level: int, filename: str, version: str) -> int:
+        """Deletes every row of `filename` whose version sorts before `version`."""
+        ...
+
+    async def seal(self) -> None:
+        """Makes what was written fast to search (a flush); what is written is durable
+        without it."""
+        ...
+
+
+class DocumentRegistry(Protocol):
+    """The commit records of document versions (`documents.DocumentEntry`)."""
+
+    async def put(self, *entries: DocumentEntry) -> None:
+        """Writes records in one call: all of them or none."""
+        ...
+
+    async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None: ...
+
+    async def records(self, filename: str) -> list[DocumentEntry]:
+        """Every record of one document, any state."""
+        ...
+
+    async def records_of(self, filenames: Iterable[str]) -> dict[str, list[DocumentEntry]]: ...
+
+    async def get(self, filename: str) -> DocumentEntry | None:
+        """The current (committed, not deleted) version of a document."""
+        ...
+
+    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]:
+        """The current version of each named document; deleted or unknown ones are absent."""
+        ...
+
+    async def scan(self) -> list[RecordKey]:
+        """The key of every record."""
+        ...
+
+    async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
+        """The whole records of the given keys."""
+        ...
+
+    async def page(self, page_size: int, page_token: str = "") -> DocumentPage:
+        """Current documents in filename order, `page_size` at a time."""
+        ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit vectors of `dim` floats. Queries and passages may be encoded
+    differently (e5 prefixes); the service embeds each query exactly once per retrieval.
+    `deadline` is a `time.monotonic()` instant (None = none beyond cancellation)."""
+
+    name: str
+    dim: int
+
+    async def embed_query(self, text: str, *, deadline: float | None = None) -> np.ndarray:
+        """One query → a (dim,) unit vector."""
+        ...
+
+    async def embed_passages(
+        self,
+        texts: Sequence[str],
+        *,
+        on_batch: ProgressCallback | None = None,
+        deadline: float | None = None,
+    ) -> np.ndarray:
+        """Passages → an (n, dim) array of unit vectors, in order."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RerankOutcome:
+    docs: list[Doc]
+    applied: bool
+    error: str | None
+
+
+class Reranker(Protocol):
+    """Reorders candidates and cuts them to top_k; its failures are recorded in the outcome
+    (`error`), never raised. Its settings appear in the retrieval meta."""
+
+    enabled: bool
+    model: str | None
+    endpoint: str
+    timeout_seconds: float
+
+    async def rerank(self, query: str, docs: list[Doc], top_k: int) -> RerankOutcome: ...
+
+
+class PageLoader(Protocol):
+    """Turns a document's bytes of a known file type into pages of text; bad content is
+    `InvalidArgument(field, …)`."""
+
+    def __call__(self, content: bytes, file_type: str, field: str, filename: str) -> list[Page]: ...
