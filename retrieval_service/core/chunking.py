@@ -1,6 +1,6 @@
-"""Three-level character splitting (REFERENCE.md §1.2): each page → L1 pieces → L2 pieces →
-L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links and a running
-`chunk_idx` in depth-first order. Pure functions, no I/O."""
+"""Three-level character splitting (docs/api.md#documents-and-chunks): each page → L1 pieces → L2
+pieces → L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links and a
+running `chunk_idx` in depth-first order. Pure functions, no I/O."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ class ChunkingConfig:
 
 @dataclass(frozen=True, slots=True)
 class ChunkRecord:
-    """One chunk of any level as it is stored (SPEC.md §6 runtime keys)."""
+    """One chunk of any level as it is stored (the runtime keys of
+    docs/trace.md#evidence-records)."""
 
     chunk_id: str
     parent_chunk_id: str
@@ -171,9 +172,9 @@ def chunk_document(
 ) -> list[ChunkRecord]:
     """All chunks of a document, depth-first (L1, its L2s each followed by their L3s).
 
-    Ids are `{filename}::p{page}::l{level}::{n}` with one counter per (page, level). Unlike the
-    reference, counters continue when two loader pages share a page number, so ids stay unique
-    within a document (REFERENCE.md §6.13)."""
+    Ids are `{filename}::p{page}::l{level}::{n}` with one counter per (page, level). Counters
+    continue when two loader pages share a page number, so ids stay unique within a document
+    (docs/api.md#documents-and-chunks)."""
     return list(iter_chunks(filename, file_type, pages, config, file_path=file_path))
 
 

@@ -1,4 +1,4 @@
-"""The contextual header of a leaf (issue 18, lever 1): the document's title and, for Markdown
+"""The contextual header of a leaf: the document's title and, for Markdown
 and HTML, the section path above the leaf. A leaf of 800 characters cut from the middle of a
 document rarely names what the document is about (SciFact's titles sit in the first leaf
 only), so the model and BM25 see `header + leaf` while the stored `text` a caller reads stays

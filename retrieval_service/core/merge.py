@@ -1,4 +1,4 @@
-"""Auto-merging (SPEC.md §5 H, REFERENCE.md §1.5): two passes, leaves → parents, then the
+"""Auto-merging (docs/api.md#auto-merge): two passes, leaves → parents, then the
 result → grandparents. Pure functions; the caller fetches the parents a pass asks for."""
 
 from __future__ import annotations

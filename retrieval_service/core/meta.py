@@ -1,5 +1,5 @@
-"""`RetrievalMeta`: the 26 retrieval-meta fields of one Retrieve (SPEC.md §5 G/H/I), built
-once by the pipeline, in the catalogue's order (`trace_fields.RETRIEVAL_META_FIELD_NAMES`)."""
+"""`RetrievalMeta`: the 26 retrieval-meta fields of one Retrieve (docs/trace.md#fields, groups G–I),
+built once by the pipeline, in the catalogue's order (`trace_fields.RETRIEVAL_META_FIELD_NAMES`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retrieve (SPEC.md §5 G/H/I, REFERENCE.md §1.4–1.7): candidate pool → embed the query once →
+"""Retrieve (docs/api.md#retrieve-step-by-step): candidate pool → embed the query once →
 hybrid recall on the leaf level (dense fallback when hybrid recall or a later store call
 fails) → two-pass auto-merge → rrf_rank → rerank or score sort → top-k → threshold, with the
 26 retrieval-meta fields. A failed recall is a result (`retrieval_mode = failed`), not an
@@ -71,7 +71,7 @@ class RetrievalConfig:
 
 @dataclass(frozen=True, slots=True)
 class CandidatePool:
-    """The candidate pool's four meta fields (REFERENCE.md §1.4.1)."""
+    """The candidate pool's four meta fields (docs/api.md#candidate-pool)."""
 
     candidate_k: int
     candidate_k_source: CandidateKSource
@@ -90,7 +90,7 @@ class CandidatePool:
 
 
 def resolve_candidate_k(top_k: int, multiplier: int, raw: str | None) -> CandidatePool:
-    """The candidate pool (REFERENCE.md §1.4.1): an explicit RETRIEVAL_CANDIDATE_K floored at
+    """The candidate pool (docs/api.md#candidate-pool): an explicit RETRIEVAL_CANDIDATE_K floored at
     top_k; otherwise top_k × multiplier; an unparsable explicit value falls back to the
     multiplier and is reported."""
     by_multiplier = max(top_k * multiplier, top_k)

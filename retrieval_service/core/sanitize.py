@@ -1,7 +1,7 @@
-"""Text sanitising applied to the text of every loaded page (REFERENCE.md §1.2): NFC, then
-zero-width, BOM, bidi and isolate controls, C0 controls but tab/LF/CR, DEL, private-use and
-lone-surrogate characters removed. File names are not cleaned but validated: a name with
-such characters is rejected (`ingest.validate_filename`)."""
+"""Text sanitising applied to the text of every loaded page (docs/api.md#documents-and-chunks): NFC,
+then zero-width, BOM, bidi and isolate controls, C0 controls but tab/LF/CR, DEL, private-use and
+lone-surrogate characters removed. File names are not cleaned but validated: a name with such
+characters is rejected (`ingest.validate_filename`)."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ class ChunkStore:
         # both copies of a primary key inserted twice, so it gets upserts. Milvus Lite's
         # insert already replaces a row of the same key (its newest write wins), and its
         # upsert first looks every row's key up in the memtable and in each segment, which a
-        # full row never needs (README "What the Lite child spends").
+        # full row never needs (retrieval_service/README.md, "The store").
         write = client.insert if self._milvus.config.embedded else client.upsert
         for start in range(0, len(rows), _WRITE_BATCH):
             write(self._collection(level), rows[start : start + _WRITE_BATCH])

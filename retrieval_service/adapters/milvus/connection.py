@@ -84,7 +84,7 @@ class StoreConfig:
     # Milvus Lite supports only 0; real Milvus may prune low-weight query terms with > 0.
     bm25_drop_ratio_search: float = 0.0
     #: Hybrid recall: each side asks `recall_depth × candidate_k` leaves, fused by RRF(rrf_k)
-    #: down to candidate_k (README "Retrieve" has the training-claim evidence for both).
+    #: down to candidate_k (docs/benchmarks.md#retrieval_fusion has the evidence for both).
     rrf_k: int = 60
     recall_depth: int = 2
     timeout_seconds: float = 10.0
