@@ -1,7 +1,7 @@
 """What a server records about each RPC: the request id (the caller's `x-request-id` or a new
 one, echoed in the trailing metadata and stamped on every log line of the call), one
 access-log line, and the go-grpc-prometheus families when METRICS_PORT is set
-(docs/api.md#observability). One interceptor does all three, so a call is timed once."""
+(docs/api.md#access-logs, #metrics). One interceptor does all three, so a call is timed once."""
 
 from __future__ import annotations
 
