@@ -15,10 +15,10 @@ BREAKING_REF = $(shell git rev-parse --verify -q refs/heads/main >/dev/null \
 SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 .DEFAULT_GOAL := help
-.PHONY: help setup proto run test typecheck lint bench clean
+.PHONY: help setup proto run test test-unit typecheck lint bench clean
 
 help: ## List the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -48,8 +48,13 @@ proto: $(VENV)/.installed ## Regenerate the gRPC stubs from protos/
 run: setup ## Start both services on the embedded default (Ctrl-C stops both)
 	$(PY) -m shared.launch
 
-test: typecheck ## Type-check, then run the test suite
+test: lint typecheck ## Lint, type-check, then run the whole test suite (what CI runs)
 	$(PY) -m pytest
+
+# The unit tier: no network, no process, no Milvus (tests/conftest.py enforces it).
+test-unit: setup ## The unit tests alone (the quick loop: under a minute)
+	@start=$$(date +%s); $(PY) -m pytest -q -m "not integration and not slow" \
+		&& echo "make test-unit: $$(( $$(date +%s) - start )) s"
 
 typecheck: setup ## mypy (pydantic plugin) on shared/ and both services; config in pyproject.toml
 	$(VENV)/bin/mypy

@@ -37,6 +37,7 @@ def test_no_compiler_is_a_reason_not_a_crash(tmp_path: Path) -> None:
         build(tmp_path / "engine.so", cc="no-such-cc")
 
 
+@pytest.mark.slow  # compiles the engine in a subprocess
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 @pytest.mark.skipif(not cpu_supported(), reason="needs a CPU with AVX2 and FMA")
 def test_the_build_links_the_wheels_openmp_and_matches_its_vectors(tmp_path: Path) -> None:

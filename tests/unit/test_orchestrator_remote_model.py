@@ -41,6 +41,7 @@ def test_strict_schema_requires_every_property_and_forbids_extras(schema) -> Non
         assert keyword not in text
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_wire_format_per_task() -> None:
     script = (
         ModelScript()
@@ -71,6 +72,7 @@ async def test_wire_format_per_task() -> None:
     assert "丹瑾使用迅刀。" in server.requests[1].body["messages"][-1]["content"]
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_one_retry_on_invalid_output_then_success() -> None:
     script = ModelScript().add("evidence_grade", Q, "{not json", grade("weak", "none", "rewrite"))
     async with FakeModelServer(script) as server:
@@ -93,6 +95,7 @@ async def test_one_retry_on_invalid_output_then_success() -> None:
         ("evidence_grade", {**grade("strong", "sufficient", "answer"), "extra": 1}),
     ],
 )
+@pytest.mark.integration  # a loopback HTTP server
 async def test_invalid_twice_raises_model_output_invalid_naming_the_task(task, reply) -> None:
     async with FakeModelServer(ModelScript().add(task, Q, reply)) as server:
         client = _client(server)
@@ -110,6 +113,7 @@ async def test_invalid_twice_raises_model_output_invalid_naming_the_task(task, r
     assert server.tasks() == [task, task]
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_timeout_is_deadline_exceeded() -> None:
     script = ModelScript().add("evidence_grade", Q, grade("strong", "sufficient", "answer"))
     async with FakeModelServer(script, delay=0.5) as server:
@@ -121,6 +125,7 @@ async def test_timeout_is_deadline_exceeded() -> None:
             await client.aclose()
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_http_error_and_refused_connection_are_unavailable() -> None:
     async with FakeModelServer(ModelScript().add("evidence_grade", Q, HttpError(502))) as server:
         client = _client(server)

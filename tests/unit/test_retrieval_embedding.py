@@ -39,6 +39,7 @@ def client(server: EmbeddingsServer, **options: object) -> OpenAIEmbedder:
     return OpenAIEmbedder(server.base_url, "scripted", DIM, "sk-test", **options)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_batches_run_concurrently_bounded_and_in_order(endpoint) -> None:
     endpoint.batch_delay = 0.05
     texts = [f"passage {i}" for i in range(37)]
@@ -61,6 +62,7 @@ async def test_batches_run_concurrently_bounded_and_in_order(endpoint) -> None:
     assert endpoint.headers[0]["Authorization"] == "Bearer sk-test"
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_429_and_503_are_retried_with_backoff(endpoint) -> None:
     endpoint.fail_next(429, retry_after=0.01)
     endpoint.fail_next(503, times=2)
@@ -73,6 +75,7 @@ async def test_429_and_503_are_retried_with_backoff(endpoint) -> None:
     np.testing.assert_allclose(vectors[1], text_vector("b", DIM), atol=1e-6)
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_retries_stop_after_max_retries_and_say_only_the_status(endpoint) -> None:
     endpoint.fail_next(503, times=10)
     embedder = client(endpoint, max_retries=2, backoff_seconds=0.001)
@@ -85,6 +88,7 @@ async def test_retries_stop_after_max_retries_and_say_only_the_status(endpoint) 
     assert str(err.value) == "embedding endpoint unavailable: HTTP 503"
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_no_retry_wait_beyond_the_deadline(endpoint) -> None:
     endpoint.fail_next(429, retry_after=30)
     embedder = client(endpoint)
@@ -98,6 +102,7 @@ async def test_no_retry_wait_beyond_the_deadline(endpoint) -> None:
     assert len(endpoint.requests) == 1  # the expired deadline sent nothing
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_a_slow_endpoint_hits_the_deadline(endpoint) -> None:
     endpoint.batch_delay = 2.0
     embedder = client(endpoint)
@@ -108,6 +113,7 @@ async def test_a_slow_endpoint_hits_the_deadline(endpoint) -> None:
         await embedder.aclose()
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_a_wrong_dimension_is_unavailable_naming_the_setting(endpoint) -> None:
     embedder = OpenAIEmbedder(endpoint.base_url, "scripted", DIM + 1)
     try:
@@ -117,6 +123,7 @@ async def test_a_wrong_dimension_is_unavailable_naming_the_setting(endpoint) -> 
         await embedder.aclose()
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_windows_arrive_in_order_and_cover_every_text(endpoint) -> None:
     texts = [f"leaf {i}" for i in range(23)]
     embedder = client(endpoint, batch_size=3)
@@ -129,6 +136,7 @@ async def test_windows_arrive_in_order_and_cover_every_text(endpoint) -> None:
     np.testing.assert_allclose(stacked, np.asarray([text_vector(t, DIM) for t in texts]), atol=1e-6)
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_windows_keep_the_endpoint_busy_across_their_boundaries(endpoint) -> None:
     """The next window's batches queue behind the current one's: with windows of one batch
     and two requests allowed in flight, two are in flight, and progress still only grows."""
@@ -150,6 +158,7 @@ async def test_windows_keep_the_endpoint_busy_across_their_boundaries(endpoint) 
     assert progress == sorted(progress) and progress[-1] == 12
 
 
+@pytest.mark.integration  # a loopback HTTP server
 @pytest.mark.parametrize("base64", [True, False], ids=["base64", "floats"])
 async def test_vectors_arrive_as_base64_or_as_floats(base64) -> None:
     """The client asks for base64 (4 bytes a number instead of ≈ 20 characters of JSON), and
