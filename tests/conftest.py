@@ -20,12 +20,20 @@ import pytest
 from shared.normalize import strict_keys
 
 TIER_MARKERS = ("integration", "slow")
+#: Folders whose every test is an integration test: they start real servers and processes.
+INTEGRATION_FOLDERS = ("integration", "deploy")
 # Unix socket pairs stay allowed: every asyncio event loop makes one to wake itself.
 _NETWORK_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class UnitTierViolation(AssertionError):
     """A unit test reached for the network or a process; mark it `integration` or `slow`."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in INTEGRATION_FOLDERS:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(autouse=True, scope="session")
