@@ -1,15 +1,13 @@
-"""The orchestrator's pure modules stay pure: imported in a fresh interpreter, the decision
-tables (routing, synthesis, fast path, resume), the state, the grounded-answer rules, the
-workflow core and the shared language test load no transport, store, HTTP client, Chinese
-segmenter, numeric library, model code or LangGraph (the core receives its graphs built)."""
+"""The orchestrator's pure modules stay pure: the decision tables (routing, synthesis, fast
+path, resume), the state, the grounded-answer rules, the workflow core and the shared language
+test load no transport, store, HTTP client, Chinese segmenter, numeric library, model code or
+LangGraph (the core receives its graphs built)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.purity import forbidden_among, imports_in_a_fresh_scope, modules_of_a_fresh_interpreter
 
 PURE_MODULES = (
     "orchestrator_service.routing",
@@ -33,29 +31,14 @@ FORBIDDEN = (
     "langgraph",
     "orchestrator_service.models.local",
 )
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def _loaded_after_import(modules: tuple[str, ...]) -> list[str]:
-    code = f"import {', '.join(modules)}; import sys; print('\\n'.join(sorted(sys.modules)))"
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return done.stdout.split()
+def test_pure_modules_import_no_adapter_or_model_code() -> None:
+    assert imports_in_a_fresh_scope(PURE_MODULES, FORBIDDEN) == []
 
 
 @pytest.mark.slow
-def test_pure_modules_load_no_adapter_or_model_code() -> None:
-    loaded = _loaded_after_import(PURE_MODULES)
+def test_a_fresh_interpreter_loads_none_of_them() -> None:
+    loaded = modules_of_a_fresh_interpreter(PURE_MODULES)
     assert set(PURE_MODULES) <= set(loaded)  # the probe did import them
-    offending = sorted(
-        name
-        for name in loaded
-        if any(name == package or name.startswith(package + ".") for package in FORBIDDEN)
-    )
-    assert offending == []
+    assert forbidden_among(loaded, FORBIDDEN) == []
