@@ -10,7 +10,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -18,6 +18,11 @@ from prometheus_client import CollectorRegistry
 from shared.logs import REQUEST_ID, REQUEST_ID_HEADER, log_access, request_id_from
 from shared.metrics import GRPC_TYPES, GrpcServerMetrics, MetricsEndpoint, grpc_server_metrics
 from shared.settings import ServerSettings
+
+#: What a server interceptor is handed: the next interceptor, or the server's own lookup.
+Continuation: TypeAlias = (
+    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
+)
 
 # Kubernetes probes call Health every few seconds: their access lines go to DEBUG.
 _QUIET_PREFIX = "/grpc.health.v1.Health/"
@@ -91,11 +96,7 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         self._metrics = metrics
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:  # unknown method: grpc answers UNIMPLEMENTED, no label is minted
@@ -108,35 +109,61 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
         def begin(context: grpc.aio.ServicerContext) -> _Call:
             return _Call(method, grpc_type, metrics, metadata, context)
 
-        behavior: Callable[..., Any] | None
-        if handler.response_streaming:
-            behavior = handler.unary_stream or handler.stream_stream
-            wrapped = _streaming(behavior, begin)
-            make = (
-                grpc.stream_stream_rpc_method_handler
-                if handler.request_streaming
-                else grpc.unary_stream_rpc_method_handler
-            )
-        else:
-            behavior = handler.unary_unary or handler.stream_unary
-            wrapped = _single(behavior, begin)
-            make = (
-                grpc.stream_unary_rpc_method_handler
-                if handler.request_streaming
-                else grpc.unary_unary_rpc_method_handler
-            )
-        return make(
-            wrapped,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+        return rewrap(
+            handler,
+            lambda behavior: _single(behavior, begin),
+            lambda behavior: _streaming(behavior, begin),
         )
 
 
-def _single(
-    behavior: Callable[..., Any] | None, begin: Callable[[grpc.aio.ServicerContext], _Call]
-) -> Callable[..., Any]:
-    assert behavior is not None
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
+
+def rewrap(
+    handler: grpc.RpcMethodHandler[Any, Any], single: Wrap, streaming: Wrap
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` rebuilt as the same kind of handler, with the same (de)serializers, its
+    behaviour wrapped by `single` (one response) or `streaming` (a streamed response): how the
+    interceptors here and in shared.serve put themselves around a call."""
+    behavior: Callable[..., Any] | None
+    if handler.response_streaming:
+        behavior, wrap = handler.unary_stream or handler.stream_stream, streaming
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if handler.request_streaming
+            else grpc.unary_stream_rpc_method_handler
+        )
+    else:
+        behavior, wrap = handler.unary_unary or handler.stream_unary, single
+        make = (
+            grpc.stream_unary_rpc_method_handler
+            if handler.request_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+    assert behavior is not None
+    return make(
+        wrap(behavior),
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+async def produced_items(
+    behavior: Callable[..., Any], request: Any, context: grpc.aio.ServicerContext
+) -> AsyncIterator[Any]:
+    """The messages a response-streaming behaviour yields; none when it writes them itself
+    through `context.write()` (it is then a coroutine)."""
+    produced = behavior(request, context)
+    if inspect.isawaitable(produced):
+        await produced
+        return
+    async for item in produced:
+        yield item
+
+
+def _single(
+    behavior: Callable[..., Any], begin: Callable[[grpc.aio.ServicerContext], _Call]
+) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         call = begin(context)
         try:
@@ -151,19 +178,13 @@ def _single(
 
 
 def _streaming(
-    behavior: Callable[..., Any] | None, begin: Callable[[grpc.aio.ServicerContext], _Call]
+    behavior: Callable[..., Any], begin: Callable[[grpc.aio.ServicerContext], _Call]
 ) -> Callable[..., Any]:
-    assert behavior is not None
-
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         call = begin(context)
         try:
-            produced = behavior(request, context)
-            if inspect.isawaitable(produced):  # a handler that writes via context.write()
-                await produced
-            else:
-                async for item in produced:
-                    yield item
+            async for item in produced_items(behavior, request, context):
+                yield item
         except BaseException as exc:
             call.finish(context, exc)
             raise

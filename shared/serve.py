@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import inspect
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -29,7 +28,13 @@ from shared.errors import (
     ResourceExhausted,
 )
 from shared.metrics import registry_for
-from shared.observability import ServerObservability
+from shared.observability import (
+    Continuation,
+    ServerObservability,
+    Wrap,
+    produced_items,
+    rewrap,
+)
 from shared.settings import ServerSettings
 from shared.tls import server_credentials
 from shared.tracing import server_interceptors
@@ -102,19 +107,12 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callabl
 def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            produced = behavior(request, context)
-            if inspect.isawaitable(produced):  # a handler that writes via context.write()
-                await produced
-                return
-            async for item in produced:
+            async for item in produced_items(behavior, request, context):
                 yield item
         except Exception as exc:  # the one place errors become status codes
             await _abort_for(exc, context, method)
 
     return wrapper
-
-
-Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _rewrapped(
@@ -125,19 +123,7 @@ def _rewrapped(
     pass through untouched."""
     if handler is None or handler.request_streaming or method.startswith(_OPEN_PREFIXES):
         return handler
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(
-            unary(handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(
-            stream(handler.unary_stream),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return handler
+    return rewrap(handler, unary, stream)
 
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
@@ -145,11 +131,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     INTERNAL with a generic message and a logged traceback."""
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method or ""
@@ -208,11 +190,7 @@ class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
         return wrapper
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method or ""
@@ -227,11 +205,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         self._expected = f"Bearer {token}".encode()
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method or ""
         if method.startswith(_OPEN_PREFIXES):
