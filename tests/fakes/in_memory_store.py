@@ -1,0 +1,380 @@
+"""In-memory implementations of the retrieval core's two store ports (`core.ports`): a chunk
+repository and a document registry that behave as the Milvus adapters do (rows keyed by
+`version_pk`, hits carrying the stored fields and `score`, dense recall by inner product,
+hybrid recall fusing dense and BM25 rankings with RRF, registry pages in filename order with
+the service's page tokens). `tests/integration/test_store_contract.py` runs one suite against
+these and against Milvus Lite, so they cannot drift apart.
+
+Failures are a behaviour of the fakes, not a patch: `faults.fail_next("hybrid_search")` makes
+the next call of that method raise `StoreUnavailable` (or the error given), as an unreachable
+or broken store would, so tests drive the core's fallback and cleanup paths."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from retrieval_service.core.documents import (
+    COMMITTED,
+    PENDING,
+    TOMBSTONE,
+    DocumentEntry,
+    DocumentPage,
+    RecordKey,
+    current_of,
+    decode_page_token,
+    encode_page_token,
+    version_pk,
+)
+from retrieval_service.core.errors import StoreFailed, StoreUnavailable
+from retrieval_service.core.ports import Doc, StoredChunk
+from shared.lexical import bm25_text
+
+#: The fields of a stored chunk that recall returns (the Milvus schema's output fields).
+CHUNK_FIELDS = (
+    "chunk_id",
+    "version",
+    "text",
+    "filename",
+    "file_type",
+    "file_path",
+    "page_number",
+    "parent_chunk_id",
+    "root_chunk_id",
+    "chunk_level",
+    "chunk_idx",
+)
+# What the BM25 analyser reads as one term: a CJK character or a run of letters and digits.
+_TERM = re.compile(r"[\u4e00-\u9fff]|[^\W_]+", re.UNICODE)
+
+ErrorSpec = Exception | type[Exception]
+
+
+@dataclass(slots=True)
+class _Plan:
+    error: ErrorSpec
+    after: int  # calls still to succeed first
+    times: int | None  # failures left; None = until healed
+
+
+class Faults:
+    """Per-method failure plans and call counts of one fake. A planned error is raised at the
+    start of the call, before it changes anything (a store call fails whole)."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self._plans: dict[str, _Plan] = {}
+
+    def fail_next(
+        self, method: str, error: ErrorSpec = StoreUnavailable, *, after: int = 0, times: int = 1
+    ) -> None:
+        """The next `times` calls of `method` after `after` successful ones raise `error` (a
+        type is instantiated per call)."""
+        self._plans[method] = _Plan(error, after, times)
+
+    def fail_always(self, method: str, error: ErrorSpec = StoreUnavailable) -> None:
+        self._plans[method] = _Plan(error, 0, None)
+
+    def heal(self, method: str | None = None) -> None:
+        if method is None:
+            self._plans.clear()
+        else:
+            self._plans.pop(method, None)
+
+    def enter(self, method: str) -> None:
+        self.calls[method] += 1
+        plan = self._plans.get(method)
+        if plan is None:
+            return
+        if plan.after > 0:
+            plan.after -= 1
+            return
+        if plan.times is not None:
+            plan.times -= 1
+            if plan.times <= 0:
+                del self._plans[method]
+        raise plan.error() if isinstance(plan.error, type) else plan.error
+
+
+def terms(text: str) -> list[str]:
+    return _TERM.findall(text.lower())
+
+
+@dataclass(slots=True)
+class _Row:
+    fields: dict[str, Any]
+    vector: np.ndarray
+    terms: Counter[str]
+
+
+class InMemoryChunkRepository:
+    """`core.ports.ChunkRepository` in memory: one dict of rows per level, keyed by
+    `version_pk`. `dim` (when given) is enforced on writes and searches, as the store's
+    schema does; a mismatch is `StoreFailed`. `hybrid_search` asks each side for
+    `recall_depth × candidate_k` hits and fuses them with RRF(`rrf_k`), as the adapter's
+    StoreConfig defaults do; BM25 scores with k1/b over the rows' analysed text."""
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        *,
+        rrf_k: int = 60,
+        recall_depth: int = 2,
+        bm25_k1: float = 1.2,
+        bm25_b: float = 0.75,
+    ) -> None:
+        self.dim = dim
+        self.rrf_k = rrf_k
+        self.recall_depth = recall_depth
+        self.bm25_k1 = bm25_k1
+        self.bm25_b = bm25_b
+        self.faults = Faults()
+        self.seals = 0
+        self._levels: dict[int, dict[str, _Row]] = {}
+
+    async def _enter(self, method: str) -> None:
+        # Every store call yields to the loop, as the adapter's calls in worker threads do.
+        await asyncio.sleep(0)
+        self.faults.enter(method)
+
+    def _rows(self, level: int) -> dict[str, _Row]:
+        return self._levels.setdefault(level, {})
+
+    def _query(self, vector: Sequence[float]) -> np.ndarray:
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if self.dim is not None and query.shape != (self.dim,):
+            raise StoreFailed()
+        return query
+
+    # ---- recall --------------------------------------------------------------------------
+
+    def _dense(self, level: int, query: np.ndarray, limit: int) -> list[tuple[str, float]]:
+        scored = [
+            (pk, float(np.dot(row.vector, query)))
+            for pk, row in self._rows(level).items()
+            if row.vector.shape == query.shape
+        ]
+        scored.sort(key=lambda item: -item[1])
+        return scored[:limit]
+
+    def _bm25(self, level: int, text: str, limit: int) -> list[tuple[str, float]]:
+        rows = self._rows(level)
+        query = set(terms(bm25_text(text)))
+        if not rows or not query:
+            return []
+        n = len(rows)
+        average = sum(sum(r.terms.values()) for r in rows.values()) / n or 1.0
+        df = Counter(t for r in rows.values() for t in query if t in r.terms)
+        k1, b = self.bm25_k1, self.bm25_b
+        scored = []
+        for pk, row in rows.items():
+            length = sum(row.terms.values())
+            score = 0.0
+            for t in query:
+                tf = row.terms.get(t, 0)
+                if tf:
+                    idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                    score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
+            if score > 0:
+                scored.append((pk, score))
+        scored.sort(key=lambda item: -item[1])
+        return scored[:limit]
+
+    def _hit(self, level: int, pk: str, score: float) -> Doc:
+        return {**self._rows(level)[pk].fields, "score": score}
+
+    async def hybrid_search(
+        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+    ) -> list[Doc]:
+        await self._enter("hybrid_search")
+        query = self._query(vector)
+        depth = self.recall_depth * candidate_k
+        fused: dict[str, float] = {}
+        for ranking in (self._dense(level, query, depth), self._bm25(level, text, depth)):
+            for rank, (pk, _) in enumerate(ranking, start=1):
+                fused[pk] = fused.get(pk, 0.0) + 1.0 / (self.rrf_k + rank)
+        best = sorted(fused.items(), key=lambda item: -item[1])[:candidate_k]
+        return [self._hit(level, pk, score) for pk, score in best]
+
+    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Doc]:
+        await self._enter("dense_search")
+        found = self._dense(level, self._query(vector), limit)
+        return [self._hit(level, pk, score) for pk, score in found]
+
+    async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Doc]:
+        await self._enter("get_versioned")
+        rows = self._rows(level)
+        out: dict[str, Doc] = {}
+        for chunk_id, version in keys:
+            row = rows.get(version_pk(chunk_id, version))
+            if row is not None:
+                out[chunk_id] = {"pk": version_pk(chunk_id, version), **row.fields}
+        return out
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None:
+        """A row per chunk; a row of the same key is replaced (a retried write duplicates
+        nothing)."""
+        await self._enter("write_chunks")
+        staged: dict[str, _Row] = {}
+        for chunk in chunks:
+            c = chunk.record
+            vector = np.asarray(chunk.vector, dtype=np.float32).reshape(-1)
+            if self.dim is not None and vector.shape != (self.dim,):
+                raise StoreFailed()
+            fields = {
+                "chunk_id": c.chunk_id,
+                "version": chunk.version,
+                "text": c.text,
+                "filename": c.filename,
+                "file_type": c.file_type,
+                "file_path": c.file_path,
+                "page_number": c.page_number,
+                "parent_chunk_id": c.parent_chunk_id,
+                "root_chunk_id": c.root_chunk_id,
+                "chunk_level": c.chunk_level,
+                "chunk_idx": c.chunk_idx,
+            }
+            analysed = Counter(terms(bm25_text(c.embedded_text))) if chunk.analysed else Counter()
+            staged[version_pk(c.chunk_id, chunk.version)] = _Row(fields, vector.copy(), analysed)
+        self._rows(level).update(staged)
+
+    async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
+        await self._enter("delete_rows")
+        rows = self._rows(level)
+        return sum(rows.pop(pk, None) is not None for pk in set(pks))
+
+    async def delete_older(self, level: int, filename: str, version: str) -> int:
+        await self._enter("delete_older")
+        rows = self._rows(level)
+        doomed = [
+            pk
+            for pk, row in rows.items()
+            if row.fields["filename"] == filename and row.fields["version"] < version
+        ]
+        for pk in doomed:
+            del rows[pk]
+        return len(doomed)
+
+    async def seal(self) -> None:
+        await self._enter("seal")
+        self.seals += 1
+
+    # ---- inspection (tests only) -----------------------------------------------------------
+
+    def rows(self, level: int) -> list[Doc]:
+        """Every row of one level: its stored fields and `pk`, in key order."""
+        return [{"pk": pk, **row.fields} for pk, row in sorted(self._rows(level).items())]
+
+    def versions(self, filename: str) -> dict[int, Counter[str]]:
+        """Per level, how many rows of `filename` each version has."""
+        return {
+            level: Counter(r["version"] for r in self.rows(level) if r["filename"] == filename)
+            for level in sorted(self._levels)
+        }
+
+
+class InMemoryDocumentRegistry:
+    """`core.ports.DocumentRegistry` in memory: one record per (filename, version). Reads
+    return copies, as a round trip through the store would."""
+
+    def __init__(self) -> None:
+        self.faults = Faults()
+        self._records: dict[tuple[str, str], DocumentEntry] = {}
+
+    async def _enter(self, method: str) -> None:
+        await asyncio.sleep(0)
+        self.faults.enter(method)
+
+    @staticmethod
+    def _copy(entry: DocumentEntry) -> DocumentEntry:
+        return replace(entry, page_counts=copy.deepcopy(entry.page_counts))
+
+    def _keys(self) -> list[RecordKey]:
+        # Key order of the Milvus registry: filename (UTF-8 byte order), then version.
+        return [
+            RecordKey(e.filename, e.version, e.state)
+            for _, e in sorted(self._records.items(), key=lambda item: item[0])
+        ]
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    async def put(self, *entries: DocumentEntry) -> None:
+        await self._enter("put")
+        for entry in entries:
+            self._records[(entry.filename, entry.version)] = self._copy(entry)
+
+    async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
+        await self._enter("remove")
+        for entry in list(entries):
+            self._records.pop((entry.filename, entry.version), None)
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def _of(self, filename: str) -> list[DocumentEntry]:
+        found = [e for (name, _), e in self._records.items() if name == filename]
+        return [self._copy(e) for e in sorted(found, key=lambda e: e.version)]
+
+    async def records(self, filename: str) -> list[DocumentEntry]:
+        """Every record of one document (pending ones included), oldest first."""
+        await self._enter("records")
+        return self._of(filename)
+
+    async def records_of(self, filenames: Iterable[str]) -> dict[str, list[DocumentEntry]]:
+        await self._enter("records_of")
+        out: dict[str, list[DocumentEntry]] = {}
+        for name in sorted(set(filenames)):
+            if found := self._of(name):
+                out[name] = found
+        return out
+
+    async def get(self, filename: str) -> DocumentEntry | None:
+        await self._enter("get")
+        records = self._of(filename)
+        key = current_of(RecordKey(e.filename, e.version, e.state) for e in records).get(filename)
+        if key is None or key.state == TOMBSTONE:
+            return None
+        return next(e for e in records if e.version == key.version)
+
+    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]:
+        await self._enter("current_versions")
+        names = set(filenames)
+        current = current_of(k for k in self._keys() if k.filename in names)
+        return {name: k.version for name, k in current.items() if k.state == COMMITTED}
+
+    async def scan(self) -> list[RecordKey]:
+        await self._enter("scan")
+        return self._keys()
+
+    async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
+        await self._enter("full")
+        found = (self._records.get((k.filename, k.version)) for k in keys)
+        return [self._copy(e) for e in found if e is not None]
+
+    async def page(self, page_size: int, page_token: str = "") -> DocumentPage:
+        await self._enter("page")
+        after = decode_page_token(page_token) if page_token else ""
+        current = current_of(k for k in self._keys() if k.state != PENDING)
+        live = sorted(
+            (k for k in current.values() if k.state == COMMITTED and k.filename > after),
+            key=lambda k: k.filename,
+        )
+        entries = [self._copy(self._records[(k.filename, k.version)]) for k in live[:page_size]]
+        more = len(live) > page_size
+        token = encode_page_token(entries[-1].filename) if more and entries else ""
+        return DocumentPage(entries, token)
+
+    # ---- inspection (tests only) -----------------------------------------------------------
+
+    def entries(self) -> list[DocumentEntry]:
+        """Every record, any state, in key order."""
+        return [self._copy(self._records[(k.filename, k.version)]) for k in self._keys()]
