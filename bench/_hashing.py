@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from retrieval_service.adapters.embedders import ProgressCallback, normalise
+from retrieval_service.core.embedding import normalise
+from retrieval_service.core.ports import ProgressCallback
 
 _TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W_]+", re.UNICODE)
 

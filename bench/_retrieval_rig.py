@@ -14,7 +14,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,15 +24,14 @@ import grpc
 import numpy as np
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.adapters.embedders import Embedder
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import StoreConfig
 from retrieval_service.adapters.milvus.schema import OUTPUT_FIELDS, bm25_spec, dense_spec
 from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, retrieval_config
-from retrieval_service.core.merge import Doc
-from retrieval_service.core.meta import RetrievalMode
-from retrieval_service.core.recall import CurrentVersions, RetrievalConfig, RetrievalPipeline
+from retrieval_service.core.errors import StoreUnavailable
+from retrieval_service.core.ports import Doc, StoredChunk
+from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.serve import GrpcServer
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCIFACT_DIR = Path(os.environ.get("SCIFACT_DIR", ROOT.parent / "shared" / "data" / "scifact"))
 
 # name → (recall side, auto-merge on?). "dense" recalls like the service's dense fallback,
-# "bm25" with BM25 alone (OneSidedPipeline); "hybrid" is the service's own pipeline.
+# "bm25" with BM25 alone (OneSidedRecall); "hybrid" is the service's own pipeline.
 MODES: dict[str, tuple[str, bool]] = {
     "dense": ("dense", False),
     "bm25": ("bm25", False),
@@ -207,38 +206,62 @@ class Endpoint:
         return await self.stub.Retrieve(request)
 
 
-class OneSidedPipeline(RetrievalPipeline):
-    """The service's pipeline with one recall side only, for measuring each side's quality:
-    "dense" reports retrieval_mode dense_fallback (the path it is), "bm25" reports hybrid.
-    An evaluation option, so it lives here rather than in the service's settings."""
+class OneSidedRecall:
+    """The chunk store with one recall side only, given to the service's own pipeline as its
+    store, for measuring each side's quality: "bm25" answers hybrid recall with BM25 alone
+    (retrieval_mode hybrid); "dense" turns hybrid recall down, so the pipeline takes its dense
+    fallback (retrieval_mode dense_fallback, the path it is). An evaluation option, so it lives
+    here rather than in the service's settings."""
 
-    def __init__(
-        self,
-        chunks: ChunkStore,
-        embedder: Embedder,
-        reranker: Reranker,
-        config: RetrievalConfig,
-        versions: CurrentVersions,
-        side: str,
-    ) -> None:
-        super().__init__(chunks, embedder, reranker, config, versions)
+    def __init__(self, chunks: ChunkStore, side: str) -> None:
         self._chunks = chunks
         self._side = side
 
-    async def _recall(
-        self, query: str, vector: np.ndarray, candidate_k: int
-    ) -> tuple[list[Doc], RetrievalMode]:
-        level = self.config.leaf_level
+    async def hybrid_search(
+        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+    ) -> list[Doc]:
         if self._side == "dense":
-            return await self._chunks.dense_search(level, vector, candidate_k), "dense_fallback"
-        return await self._chunks.bm25_search(level, query, candidate_k), "hybrid"
+            raise StoreUnavailable(DENSE_ONLY)
+        return await self._chunks.bm25_search(level, text, candidate_k)
+
+    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Doc]:
+        return await self._chunks.dense_search(level, vector, limit)
+
+    async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Doc]:
+        return await self._chunks.get_versioned(level, keys)
+
+    async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None:
+        await self._chunks.write_chunks(level, chunks)
+
+    async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
+        return await self._chunks.delete_rows(level, pks)
+
+    async def delete_older(self, level: int, filename: str, version: str) -> int:
+        return await self._chunks.delete_older(level, filename, version)
+
+    async def seal(self) -> None:
+        await self._chunks.seal()
+
+
+DENSE_ONLY = "one-sided recall: dense only"
+
+
+class _QuietDenseOnly(logging.Filter):
+    """Drops the pipeline's "hybrid recall failed" warning that every "dense" query raises on
+    purpose (the modes' table reports each mode's retrieval_mode anyway)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("hybrid recall failed")
 
 
 def mode_pipeline(app: RetrievalApp, side: str, config: RetrievalConfig) -> RetrievalPipeline:
     reranker = Reranker(None, None, None)
     if side == "hybrid":
         return RetrievalPipeline(app.chunks, app.embedder, reranker, config, app.registry)
-    return OneSidedPipeline(app.chunks, app.embedder, reranker, config, app.registry, side)
+    if side == "dense":
+        logging.getLogger("retrieval_service.core.recall").addFilter(_QuietDenseOnly())
+    store = OneSidedRecall(app.chunks, side)
+    return RetrievalPipeline(store, app.embedder, reranker, config, app.registry)
 
 
 @asynccontextmanager

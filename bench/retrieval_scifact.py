@@ -47,9 +47,9 @@ from bench._retrieval_rig import (
     time_async,
     time_sync,
 )
+from retrieval_service.adapters.milvus.chunk_store import store_row
 from retrieval_service.bootstrap import RetrievalApp, create_app
 from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
-from retrieval_service.core.ingest import store_row
 
 PUBLISHED = (
     "published SciFact nDCG@10 (test split, full corpus): BM25 0.665, all-MiniLM-L6-v2 0.645"

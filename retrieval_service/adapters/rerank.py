@@ -7,13 +7,12 @@ leak RERANK_API_KEY."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-from retrieval_service.core.merge import Doc
+from retrieval_service.core.ports import Doc, RerankOutcome
+from retrieval_service.core.recall import sort_by_effective_score
 from retrieval_service.metrics import record_rerank
 from shared.http import HttpClient, HttpTimeout, HttpTransportError
 from shared.redact import Redactor
-from shared.scores import effective_score
 from shared.tracing import http_span, inject_headers
 
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "replace-with")
@@ -37,22 +36,9 @@ def endpoint_for(host: str | None) -> str:
     return base if base.endswith("/v1/rerank") else base + "/v1/rerank"
 
 
-def sort_by_effective_score(docs: list[Doc]) -> list[Doc]:
-    """Stable, descending; a doc without any score sorts last."""
-    return sorted(
-        docs, key=lambda d: -(s if (s := effective_score(d)) is not None else float("-inf"))
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RerankOutcome:
-    docs: list[Doc]
-    applied: bool
-    error: str | None
-
-
 class Reranker:
-    """Holds the settings after the placeholder filter and one pooled HTTP client."""
+    """The `Reranker` port over HTTP. Holds the settings after the placeholder filter and one
+    pooled HTTP client."""
 
     def __init__(
         self,

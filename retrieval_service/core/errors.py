@@ -25,10 +25,13 @@ class StoreFailed(InternalFailure):
 
 class EmbedderUnavailable(DependencyUnavailable):
     """The embedding model cannot embed: its endpoint is down or answered badly, or the
-    in-process model failed: UNAVAILABLE."""
+    in-process model failed: UNAVAILABLE. `dependency` names it in the message ("embedder",
+    or "embedding endpoint" for a remote one)."""
 
-    def __init__(self, message: str = "the embedding model failed") -> None:
-        super().__init__("embedder", message)
+    def __init__(
+        self, message: str = "the embedding model failed", *, dependency: str = "embedder"
+    ) -> None:
+        super().__init__(dependency, message)
 
 
 #: What any chunk-repository or registry call may raise.

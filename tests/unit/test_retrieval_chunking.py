@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrieval_service.adapters.loaders import load_pages, resolve_file_type
+from retrieval_service.adapters.loaders import load_pages
 from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document, split_text
+from retrieval_service.core.file_types import resolve_file_type
 from retrieval_service.core.ingest import validate_filename
 from retrieval_service.core.sanitize import sanitize_text
 from shared.errors import InvalidArgument

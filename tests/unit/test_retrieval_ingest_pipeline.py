@@ -12,16 +12,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from retrieval_service.adapters.embedders import normalise
 from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
+from retrieval_service.core.embedding import normalise
 from retrieval_service.core.ingest.ingestor import (
     IngestProgress,
     _Handover,
     _Prepared,
     _ProgressCounter,
-    _stage,
     _Version,
     closing_leaves,
+    stage,
 )
 
 SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
@@ -99,12 +99,12 @@ def test_windows_become_rows_piecewise_with_parents_once_their_leaves_are_in() -
     assert len(window) > 6
     written: dict[int, dict[str, list[float]]] = {1: {}, 2: {}, 3: {}}
     for start in range(0, len(window), 3):  # windows of 3 leaves
-        rows, completed = _stage([window[start : start + 3]])
+        staged, completed = stage([window[start : start + 3]])
         leaves_so_far = {c.chunk_id for _, c, _, _ in window[: start + 3]}
-        for lvl, level_rows in rows.items():
-            for row in level_rows:
-                assert row["version"] == version.entry.version
-                written[lvl][row["chunk_id"]] = row["dense"]
+        for lvl, level_chunks in staged.items():
+            for chunk in level_chunks:
+                assert chunk.version == version.entry.version
+                written[lvl][chunk.record.chunk_id] = chunk.vector
         # A parent is written exactly when all its leaves are in, never before.
         for c in chunks:
             if c.chunk_level < 3:

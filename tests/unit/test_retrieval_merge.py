@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval_service.adapters.rerank import configured, endpoint_for, sort_by_effective_score
+from retrieval_service.adapters.rerank import configured, endpoint_for
 from retrieval_service.core.merge import merge_pass, parents_to_merge
-from retrieval_service.core.recall import passes_threshold, resolve_candidate_k
+from retrieval_service.core.recall import (
+    passes_threshold,
+    resolve_candidate_k,
+    sort_by_effective_score,
+)
 from shared.scores import effective_score
 
 

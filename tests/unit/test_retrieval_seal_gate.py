@@ -1,4 +1,4 @@
-"""The store's seal gate (`retrieval_service.adapters.milvus.connection._SealGate`): a seal
+"""The store's seal gate (`retrieval_service.adapters.milvus.connection.SealGate`): a seal
 waits for the calls in flight, holds new calls back until it ends, and calls never wait for
 each other."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from retrieval_service.adapters.milvus.connection import _SealGate
+from retrieval_service.adapters.milvus.connection import SealGate
 
 
 async def test_a_seal_waits_for_calls_in_flight_and_holds_new_ones_back() -> None:
-    gate = _SealGate()
+    gate = SealGate()
     events: list[str] = []
     release_call = asyncio.Event()
     release_seal = asyncio.Event()
@@ -45,7 +45,7 @@ async def test_a_seal_waits_for_calls_in_flight_and_holds_new_ones_back() -> Non
 
 
 async def test_a_cancelled_call_does_not_leave_the_gate_shut() -> None:
-    gate = _SealGate()
+    gate = SealGate()
     stuck = asyncio.Event()
 
     async def call() -> None:

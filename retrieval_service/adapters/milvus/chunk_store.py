@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
 from retrieval_service.adapters.milvus.schema import (
     OUTPUT_FIELDS,
@@ -16,7 +18,10 @@ from retrieval_service.adapters.milvus.schema import (
     bm25_spec,
     dense_spec,
 )
+from retrieval_service.core.chunking import ChunkRecord
 from retrieval_service.core.documents import version_pk
+from retrieval_service.core.ports import StoredChunk
+from shared.lexical import bm25_text
 
 Row = dict[str, Any]
 _READ_BATCH = 500
@@ -34,6 +39,31 @@ def hits(result: Any) -> list[Row]:
     return out
 
 
+def store_row(
+    c: ChunkRecord, vector: np.ndarray, version: str, analysed: bool = True
+) -> dict[str, Any]:
+    """The Milvus row of one version of a chunk: its record fields plus the dense vector, and
+    its BM25 text when `analysed` (else `UNANALYSED`: nothing for the analyser to read)."""
+    return {
+        "pk": version_pk(c.chunk_id, version),
+        "chunk_id": c.chunk_id,
+        "version": version,
+        "text": c.text,
+        "bm25_text": bm25_text(c.embedded_text) if analysed else UNANALYSED,
+        # The array itself: the client turns it into the request's floats row by row, so a
+        # staged write never holds a Python float per dimension (≈ 9 MiB per 256 leaves).
+        "dense": np.asarray(vector, dtype=np.float32),
+        "filename": c.filename,
+        "file_type": c.file_type,
+        "file_path": c.file_path,
+        "page_number": c.page_number,
+        "parent_chunk_id": c.parent_chunk_id,
+        "root_chunk_id": c.root_chunk_id,
+        "chunk_level": c.chunk_level,
+        "chunk_idx": c.chunk_idx,
+    }
+
+
 def _delete_count(result: Any, fallback: int) -> int:
     if isinstance(result, dict):
         return int(result.get("delete_count", fallback))
@@ -44,8 +74,8 @@ def _delete_count(result: Any, fallback: int) -> int:
 
 
 class ChunkStore:
-    """Search, read, write and delete chunk rows by level. Failures arrive as the store's
-    domain errors (`DependencyUnavailable("milvus", …)` or `StoreError`)."""
+    """The `ChunkRepository` port on Milvus: search, read, write and delete chunk rows by
+    level. Failures arrive as the core's `StoreUnavailable` or `StoreFailed`."""
 
     def __init__(self, milvus: MilvusStore) -> None:
         self._milvus = milvus
@@ -130,7 +160,10 @@ class ChunkStore:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    def _insert(self, client: Any, level: int, rows: list[Row]) -> None:
+    def _insert(self, client: Any, level: int, chunks: Sequence[StoredChunk]) -> None:
+        # The rows are built here, in the store's worker thread: the BM25 text of a window's
+        # chunks is CPU work the event loop must not wait on.
+        rows = [store_row(c.record, c.vector, c.version, c.analysed) for c in chunks]
         # A retried write of the same version must not duplicate rows. A Milvus server keeps
         # both copies of a primary key inserted twice, so it gets upserts. Milvus Lite's
         # insert already replaces a row of the same key (its newest write wins), and its
@@ -140,9 +173,12 @@ class ChunkStore:
         for start in range(0, len(rows), _WRITE_BATCH):
             write(self._collection(level), rows[start : start + _WRITE_BATCH])
 
-    async def write_chunks(self, level: int, rows: list[Row]) -> None:
-        """Writes rows of one version (each carrying `pk` and `version`)."""
-        await self._milvus.run(self._insert, level, rows)
+    async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None:
+        """Writes chunk versions of one level, one row each (`store_row`)."""
+        await self._milvus.run(self._insert, level, chunks)
+
+    async def seal(self) -> None:
+        await self._milvus.seal()
 
     def _delete(self, client: Any, level: int, pks: list[str]) -> int:
         deleted = 0

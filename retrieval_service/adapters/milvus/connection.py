@@ -21,8 +21,9 @@ import grpc
 from retrieval_service.adapters.milvus import schema
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.core.documents import LEVELS
+from retrieval_service.core.errors import StoreFailed, StoreUnavailable
 from retrieval_service.metrics import record_milvus_error
-from shared.errors import ConfigurationError, DependencyUnavailable, InternalFailure
+from shared.errors import ConfigurationError
 from shared.tracing import span
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,6 @@ SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
 # pymilvus's Status.CONNECT_FAILED: what every call raises while the server is unreachable.
 _CONNECT_FAILED = 2
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-_UNAVAILABLE_MESSAGE = "the vector store cannot be reached"
 # pymilvus pings every 10 s, even with no call in flight: Milvus servers allow that, but Milvus
 # Lite's gRPC server keeps grpc's defaults (no pings without calls, at most one per 5 min),
 # answers the third early ping with GOAWAY `too_many_pings` and grpc logs it at ERROR. The Lite
@@ -43,18 +43,6 @@ LITE_CHANNEL_OPTIONS = {
     "grpc.keepalive_time_ms": 2**31 - 1,
     "grpc.keepalive_permit_without_calls": False,
 }
-
-
-class StoreError(InternalFailure):
-    """Milvus answered, but failed or refused a call (a bug or a broken store, not bad input).
-    The caller sees only a generic message; the cause is logged with its traceback."""
-
-    def __init__(self) -> None:
-        super().__init__("internal store failure")
-
-
-#: What every store call may raise besides ConfigurationError at start-up (see `translate`).
-STORE_FAILURES: tuple[type[Exception], ...] = (DependencyUnavailable, StoreError)
 
 
 def is_embedded_uri(uri: str) -> bool:
@@ -112,15 +100,15 @@ def _not_loaded(exc: Exception) -> bool:
     return code == 101 or "call load()" in str(exc) or "not loaded" in str(exc)
 
 
-def translate(exc: Exception) -> DependencyUnavailable | StoreError:
-    """The domain error of a pymilvus failure, logged here once: an unreachable server is
-    UNAVAILABLE (the caller may retry), anything else an internal store failure."""
+def translate(exc: Exception) -> StoreUnavailable | StoreFailed:
+    """The core's error for a pymilvus failure, logged here once: an unreachable server is
+    `StoreUnavailable` (the caller may retry), anything else `StoreFailed`."""
     record_milvus_error(exc)
     if _unreachable(exc):
         log.warning("Milvus is unreachable: %s", exc)
-        return DependencyUnavailable("milvus", _UNAVAILABLE_MESSAGE)
+        return StoreUnavailable()
     log.error("Milvus call failed", exc_info=exc)
-    return StoreError()
+    return StoreFailed()
 
 
 def operation_of(fn: Callable[..., Any]) -> str:
@@ -130,7 +118,7 @@ def operation_of(fn: Callable[..., Any]) -> str:
     return qualname.split(".<locals>", 1)[0]
 
 
-class _SealGate:
+class SealGate:
     """While Milvus Lite flushes a collection, its searches miss the rows being flushed: a
     reader searching while a document was replaced missed it in 4 of 599 searches, during the
     replacement's seal, with neither version found. So a seal waits for the calls in flight and
@@ -191,7 +179,7 @@ class MilvusStore:
             self._client = MilvusClient(**kwargs)
         except (MilvusException, grpc.RpcError) as exc:
             raise translate(exc) from exc
-        self._gate = _SealGate()
+        self._gate = SealGate()
 
     # ---- names -------------------------------------------------------------------------
 
@@ -240,7 +228,7 @@ class MilvusStore:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(client, *args)` in a worker thread; pymilvus errors arrive translated
-        (`DependencyUnavailable("milvus", …)` or `StoreError`). On Lite, not during a seal."""
+        (`StoreUnavailable` or `StoreFailed`). On Lite, not during a seal."""
         if not self.config.embedded:
             return await self._run(fn, *args)
         async with self._gate.call():
@@ -248,7 +236,7 @@ class MilvusStore:
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self.lite is not None and not self.lite.alive:
-            raise DependencyUnavailable("milvus", _UNAVAILABLE_MESSAGE)
+            raise StoreUnavailable()
         with span("milvus") as traced:
             if traced.is_recording():
                 traced.set_attribute("db.system.name", "milvus")

@@ -64,8 +64,8 @@ def _row(entry: DocumentEntry) -> dict[str, Any]:
 
 
 class DocumentRegistry:
-    """Reads and writes commit records. Failures arrive as the store's domain errors
-    (`DependencyUnavailable("milvus", …)` or `StoreError`)."""
+    """The `DocumentRegistry` port on Milvus: reads and writes commit records. Failures
+    arrive as the core's `StoreUnavailable` or `StoreFailed`."""
 
     def __init__(self, milvus: MilvusStore) -> None:
         self._milvus = milvus

@@ -11,7 +11,6 @@ from retrieval_service.core.ingest.ingestor import (
     IngestResult,
     SourceDocument,
     no_checkpoint,
-    store_row,
     validate_filename,
 )
 
@@ -25,6 +24,5 @@ __all__ = [
     "Ingestor",
     "SourceDocument",
     "no_checkpoint",
-    "store_row",
     "validate_filename",
 ]

@@ -24,21 +24,10 @@ import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
-from retrieval_service.adapters.embedders import Embedder, embed_windows, normalise
-from retrieval_service.adapters.loaders import (
-    FILE_TYPES_BY_EXTENSION,
-    extension_of,
-    load_pages,
-    resolve_file_type,
-)
-from retrieval_service.adapters.milvus.chunk_store import ChunkStore
-from retrieval_service.adapters.milvus.connection import STORE_FAILURES, MilvusStore
-from retrieval_service.adapters.milvus.registry import DocumentRegistry
-from retrieval_service.adapters.milvus.schema import UNANALYSED
 from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
 from retrieval_service.core.documents import (
     COMMITTED,
@@ -51,12 +40,23 @@ from retrieval_service.core.documents import (
     current_of,
     new_version,
     version_age_seconds,
-    version_pk,
 )
-from retrieval_service.core.recall import EMBEDDER_FAILURES
+from retrieval_service.core.embedding import embed_windows, normalise
+from retrieval_service.core.errors import STORE_FAILURES, EmbedderUnavailable
+from retrieval_service.core.file_types import (
+    FILE_TYPES_BY_EXTENSION,
+    extension_of,
+    resolve_file_type,
+)
+from retrieval_service.core.ports import (
+    ChunkRepository,
+    DocumentRegistry,
+    Embedder,
+    PageLoader,
+    StoredChunk,
+)
 from retrieval_service.metrics import record_ingested
-from shared.errors import DeadlineExceeded, DependencyUnavailable, InvalidArgument
-from shared.lexical import bm25_text
+from shared.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -151,7 +151,6 @@ SEAL_EVERY_ROWS = 512
 # StreamIngestDocuments reports at least this often while a call runs.
 HEARTBEAT_SECONDS = 1.0
 
-Row = dict[str, Any]
 #: A leaf with the parents it is the last leaf of (its L2 before the L1 around it).
 Closing = tuple[ChunkRecord, tuple[ChunkRecord, ...]]
 #: One embedding window as the writer receives it: each leaf with the parents it completes,
@@ -357,20 +356,22 @@ def validate_filename(filename: str, field: str) -> None:
 class Ingestor:
     def __init__(
         self,
-        milvus: MilvusStore,
-        chunks: ChunkStore,
+        chunks: ChunkRepository,
         registry: DocumentRegistry,
         embedder: Embedder,
         chunking: ChunkingConfig,
         *,
+        load_pages: PageLoader,
         max_document_bytes: int,
         window: int | None = None,
         checkpoint: Checkpoint = no_checkpoint,
         bm25_levels: Iterable[int] = LEVELS,
     ) -> None:
-        """`bm25_levels`: the levels whose rows carry their BM25 text (the recalled level,
-        LEAF_RETRIEVE_LEVEL, or all with BM25_ALL_LEVELS); the others carry `UNANALYSED`."""
-        self._milvus = milvus
+        """`load_pages` turns a document's bytes into pages; `window`: texts per embedding
+        window (default `embedding_window(embedder)`); `bm25_levels`: the levels whose chunks
+        are indexed for BM25 (the recalled level, LEAF_RETRIEVE_LEVEL, or all with
+        BM25_ALL_LEVELS; `StoredChunk.analysed`)."""
+        self._load_pages = load_pages
         self._bm25_levels = frozenset(bm25_levels)
         self._chunks = chunks
         self._registry = registry
@@ -398,7 +399,7 @@ class Ingestor:
                 f"{prefix}.content",
                 f"is {len(doc.content)} bytes, at most {self._max_bytes}",
             )
-        pages = load_pages(doc.content, file_type, f"{prefix}.content", doc.filename)
+        pages = self._load_pages(doc.content, file_type, f"{prefix}.content", doc.filename)
         prepared = _Prepared.of(doc.filename, file_type, pages, self._chunking)
         if not prepared.leaf_count:
             raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
@@ -436,22 +437,14 @@ class Ingestor:
             on_batch=progress.advance if progress is not None else None,
             deadline=deadline,
         )
+        # The embedder's failures arrive as EmbedderUnavailable or DeadlineExceeded.
         async with contextlib.aclosing(windows):
-            while True:
-                try:
-                    offset, vectors = await anext(windows)
-                except StopAsyncIteration:
-                    break
-                except (DependencyUnavailable, DeadlineExceeded):
-                    raise
-                except EMBEDDER_FAILURES as exc:
-                    log.error("embedding the passages failed", exc_info=exc)
-                    raise DependencyUnavailable("embedder", "the embedding model failed") from exc
+            async for offset, vectors in windows:
                 expected = min(self._window, total - offset)
                 vectors = np.asarray(vectors, dtype=np.float32)
                 if vectors.shape != (expected, self._embedder.dim):
                     log.error("embedder returned shape %s for %d texts", vectors.shape, expected)
-                    raise DependencyUnavailable("embedder", "the embedding model failed")
+                    raise EmbedderUnavailable()
                 window: Window = [(*owners.popleft(), vec) for vec in vectors]
                 await handover.put(window, len(window))
 
@@ -474,9 +467,7 @@ class Ingestor:
                     closed = True
                     break
                 taken.append(more)
-            rows, completed = await asyncio.to_thread(
-                _stage, [w for w, _ in taken], self._bm25_levels
-            )
+            rows, completed = stage([w for w, _ in taken], self._bm25_levels)
             async with self._lock:
                 await self._flush(rows, completed)
                 unsealed += sum(map(len, rows.values()))
@@ -487,7 +478,7 @@ class Ingestor:
             for _, size in taken:
                 await handover.done(size)
 
-    async def _flush(self, rows: dict[int, list[Row]], completed: list[_Version]) -> None:
+    async def _flush(self, rows: dict[int, list[StoredChunk]], completed: list[_Version]) -> None:
         """One write: the staged rows (several documents', one write per level), then the
         commit records of the documents they complete, in one upsert (each record commits its
         own document: a crash between two leaves each document whole, old or new)."""
@@ -643,7 +634,7 @@ class Ingestor:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
         fast to search, so a failure is logged and the request still succeeds."""
         try:
-            await self._milvus.seal()
+            await self._chunks.seal()
         except STORE_FAILURES:
             log.warning("could not flush the written rows into indexed segments")
 
@@ -722,9 +713,6 @@ class Ingestor:
         await self._checkpoint("delete_after_cleanup")
         return deleted
 
-    async def list_documents(self) -> list[DocumentEntry]:
-        return await self._registry.entries()
-
     async def list_page(self, page_size: int, page_token: str) -> DocumentPage:
         """One page of documents by filename (AIP-158): page_size 0 → 100, above 1000 → 1000,
         negative → INVALID_ARGUMENT; a token this service did not issue → INVALID_ARGUMENT."""
@@ -780,45 +768,21 @@ def embedding_window(embedder: Embedder) -> int:
     return max(MIN_WINDOW, batch * concurrency)
 
 
-def _stage(
+def stage(
     windows: list[Window], bm25_levels: frozenset[int] = frozenset(LEVELS)
-) -> tuple[dict[int, list[Row]], list[_Version]]:
-    """The rows of embedded windows (their leaves and every parent they complete) per level,
-    and the versions they complete."""
-    rows: dict[int, list[Row]] = {lvl: [] for lvl in LEVELS}
+) -> tuple[dict[int, list[StoredChunk]], list[_Version]]:
+    """The chunks of embedded windows to write (their leaves and every parent they complete)
+    per level, and the versions they complete. Cheap: the store builds its rows (and their
+    BM25 text) off the event loop."""
+    staged: dict[int, list[StoredChunk]] = {lvl: [] for lvl in LEVELS}
     completed: list[_Version] = []
     for window in windows:
         for v, leaf, closes, vector in window:
-            rows[3].append(store_row(leaf, vector, v.entry.version, 3 in bm25_levels))
+            version = v.entry.version
+            staged[3].append(StoredChunk(leaf, vector, version, 3 in bm25_levels))
             for parent, mean in v.take(leaf, closes, vector):
-                rows[parent.chunk_level].append(
-                    store_row(parent, mean, v.entry.version, parent.chunk_level in bm25_levels)
-                )
+                level = parent.chunk_level
+                staged[level].append(StoredChunk(parent, mean, version, level in bm25_levels))
             if v.leaves_left == 0:
                 completed.append(v)
-    return rows, completed
-
-
-def store_row(
-    c: ChunkRecord, vector: np.ndarray, version: str, analysed: bool = True
-) -> dict[str, Any]:
-    """The Milvus row of one version of a chunk: its record fields plus the dense vector, and
-    its BM25 text when `analysed` (else `UNANALYSED`: nothing for the analyser to read)."""
-    return {
-        "pk": version_pk(c.chunk_id, version),
-        "chunk_id": c.chunk_id,
-        "version": version,
-        "text": c.text,
-        "bm25_text": bm25_text(c.embedded_text) if analysed else UNANALYSED,
-        # The array itself: the client turns it into the request's floats row by row, so a
-        # staged write never holds a Python float per dimension (≈ 9 MiB per 256 leaves).
-        "dense": np.asarray(vector, dtype=np.float32),
-        "filename": c.filename,
-        "file_type": c.file_type,
-        "file_path": c.file_path,
-        "page_number": c.page_number,
-        "parent_chunk_id": c.parent_chunk_id,
-        "root_chunk_id": c.root_chunk_id,
-        "chunk_level": c.chunk_level,
-        "chunk_idx": c.chunk_idx,
-    }
+    return staged, completed
