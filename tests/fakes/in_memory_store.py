@@ -72,6 +72,7 @@ class Faults:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self._plans: dict[str, _Plan] = {}
+        self._down: ErrorSpec | None = None
 
     def fail_next(
         self, method: str, error: ErrorSpec = StoreUnavailable, *, after: int = 0, times: int = 1
@@ -83,14 +84,22 @@ class Faults:
     def fail_always(self, method: str, error: ErrorSpec = StoreUnavailable) -> None:
         self._plans[method] = _Plan(error, 0, None)
 
+    def fail_all(self, error: ErrorSpec = StoreUnavailable) -> None:
+        """Every call of every method fails until `heal()`: the store is down (or the process
+        calling it has died, and nothing it would still do reaches the store)."""
+        self._down = error
+
     def heal(self, method: str | None = None) -> None:
         if method is None:
             self._plans.clear()
+            self._down = None
         else:
             self._plans.pop(method, None)
 
     def enter(self, method: str) -> None:
         self.calls[method] += 1
+        if self._down is not None:
+            raise self._down() if isinstance(self._down, type) else self._down
         plan = self._plans.get(method)
         if plan is None:
             return
