@@ -250,11 +250,26 @@ async def test_hybrid_search_ranks_what_both_sides_find_first(stores: Stores) ->
     assert hits[0]["score"] == pytest.approx(2 / 61, abs=1e-4)  # RRF(60), rank 1 on both sides
 
 
+async def test_an_unanalysed_chunk_is_found_by_its_vector_only(stores: Stores) -> None:
+    vector = unit(0.3, 0.3, 0.9)
+    analysed = chunk("c.txt", 1, "lava and ash after the eruption", vector)
+    unanalysed = StoredChunk(
+        record("c.txt", 3, 2, "ash and lava after the eruption"), vector, "v1", analysed=False
+    )
+    await stores.chunks.write_chunks(3, [analysed, unanalysed])
+    await stores.chunks.seal()
+    hits = await stores.chunks.hybrid_search(3, "eruption", vector, 2)
+    assert [h["chunk_id"] for h in hits] == [analysed.record.chunk_id, unanalysed.record.chunk_id]
+    assert hits[0]["score"] > 1 / 60 > hits[1]["score"]  # both sides, then the dense side only
+
+
 async def test_delete_rows_counts_and_removes(stores: Stores) -> None:
     await write_corpus(stores)
     pks = [version_pk(c.record.chunk_id, "v1") for c in CORPUS[:2]]
     assert await stores.chunks.delete_rows(3, pks) == 2
     assert await stores.chunks.delete_rows(3, []) == 0
+    # The store reports every key it was asked to delete, present or not.
+    assert await stores.chunks.delete_rows(3, [pks[0], version_pk("gone", "v1")]) == 2
     await stores.chunks.seal()
     keys = [(c.record.chunk_id, "v1") for c in CORPUS]
     got = await stores.chunks.get_versioned(3, keys)
