@@ -72,6 +72,20 @@ class DocumentEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestedDocument:
+    """What an ingest reports of one document it committed (and the CLI of one file it sent):
+    its stored type, pages, chunks per level, and whether it replaced a current version."""
+
+    filename: str
+    file_type: str
+    pages: int
+    l1_chunks: int
+    l2_chunks: int
+    l3_chunks: int
+    replaced: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RecordKey:
     """What a registry scan reads of each record (no chunk counts)."""
 

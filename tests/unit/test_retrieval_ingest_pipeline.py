@@ -14,15 +14,9 @@ import pytest
 
 from retrieval_service.core.chunking import ChunkingConfig, Page, chunk_document
 from retrieval_service.core.embedding import normalise
-from retrieval_service.core.ingest.ingestor import (
-    IngestProgress,
-    _Handover,
-    _Prepared,
-    _ProgressCounter,
-    _Version,
-    closing_leaves,
-    stage,
-)
+from retrieval_service.core.ingest.flow import Handover, IngestProgress, ProgressCounter
+from retrieval_service.core.ingest.preparation import Prepared, closing_leaves
+from retrieval_service.core.ingest.versions import Version, stage
 
 SMALL = ChunkingConfig.from_chunk_size(80, 10, floors=False)
 
@@ -31,8 +25,8 @@ def pages(name: str, sentences: int) -> list[Page]:
     return [Page(0, " ".join(f"Sentence {i} of {name} is about tides." for i in range(sentences)))]
 
 
-def prepared(name: str, sentences: int) -> _Prepared:
-    return _Prepared.of(name, "Text", pages(name, sentences), SMALL)
+def prepared(name: str, sentences: int) -> Prepared:
+    return Prepared.of(name, "Text", pages(name, sentences), SMALL)
 
 
 async def settle() -> None:
@@ -42,7 +36,7 @@ async def settle() -> None:
 
 async def test_the_handover_holds_the_embedder_back_until_the_writer_catches_up() -> None:
     a, b = prepared("a.txt", 4), prepared("b.txt", 4)
-    handover: _Handover[_Prepared] = _Handover(limit=a.leaf_count + b.leaf_count - 1)
+    handover: Handover[Prepared] = Handover(limit=a.leaf_count + b.leaf_count - 1)
     await handover.put(a, a.leaf_count)
     blocked = asyncio.ensure_future(handover.put(b, b.leaf_count))
     await settle()
@@ -55,7 +49,7 @@ async def test_the_handover_holds_the_embedder_back_until_the_writer_catches_up(
 
 async def test_a_document_larger_than_the_bound_passes_alone() -> None:
     big, small = prepared("big.txt", 20), prepared("small.txt", 1)
-    handover: _Handover[_Prepared] = _Handover(limit=2)
+    handover: Handover[Prepared] = Handover(limit=2)
     assert big.leaf_count > 2
     await handover.put(big, big.leaf_count)
     blocked = asyncio.ensure_future(handover.put(small, small.leaf_count))
@@ -73,7 +67,7 @@ def test_progress_per_document_in_request_order() -> None:
     a, b = prepared("a.txt", 3), prepared("b.txt", 5)
     na, nb = a.leaf_count, b.leaf_count
     heard: list[IngestProgress] = []
-    counter = _ProgressCounter([a, b], heard.append, started=0.0)
+    counter = ProgressCounter([a, b], heard.append, started=0.0)
     counter.advance(0)
     counter.advance(na + 1)
     counter.advance(na + 1)  # no change, nothing new
@@ -89,7 +83,7 @@ def test_progress_per_document_in_request_order() -> None:
 
 def test_windows_become_rows_piecewise_with_parents_once_their_leaves_are_in() -> None:
     doc = prepared("tides.txt", 40)
-    version = _Version(doc)
+    version = Version(doc)
     chunks = chunk_document("tides.txt", "Text", pages("tides.txt", 40), SMALL)
     leaves = [c for c in chunks if c.chunk_level == 3]
     assert [leaf for leaf, _ in doc.leaves()] == leaves  # the streamed split is the same
@@ -128,13 +122,13 @@ def test_windows_become_rows_piecewise_with_parents_once_their_leaves_are_in() -
             [vectors[x.chunk_id] for x in leaves if x.root_chunk_id == c.chunk_id], axis=0
         )
         assert np.allclose(written[1][c.chunk_id], normalise(mean), atol=1e-6)
-    assert version.leaves_left == 0 and not version._held
+    assert version.leaves_left == 0 and version.holding == 0
     assert doc.counts == {"0": [len(by_level[lvl]) for lvl in (1, 2, 3)]}
 
 
 def test_each_leaf_closes_the_parents_it_is_the_last_leaf_of_across_pages() -> None:
     loaded = [*pages("a.txt", 30), Page(1, pages("b.txt", 12)[0].text)]
-    doc = _Prepared.of("two.txt", "Text", loaded, SMALL)
+    doc = Prepared.of("two.txt", "Text", loaded, SMALL)
     chunks = chunk_document("two.txt", "Text", loaded, SMALL)
     last_leaf: dict[str, str] = {}
     for c in chunks:

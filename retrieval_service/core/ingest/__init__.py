@@ -1,18 +1,13 @@
-"""Ingestion: request checks, parsing into three chunk levels, the embed → write pipeline and the
-crash-safe version protocol (retrieval_service/README.md "Crash safety")."""
+"""Ingestion, split by job: request checks (`validation`), parsing into three chunk levels
+(`preparation`), flow control of the embed → write pipeline (`flow`), the crash-safe version
+protocol (`versions`, retrieval_service/README.md "Crash safety") and the `Ingestor` that runs
+them (`ingestor`)."""
 
-from retrieval_service.core.ingest.ingestor import (
-    CRASH_POINTS,
-    Checkpoint,
-    IngestedDocument,
-    IngestEvent,
-    Ingestor,
-    IngestProgress,
-    IngestResult,
-    SourceDocument,
-    no_checkpoint,
-    validate_filename,
-)
+from retrieval_service.core.documents import IngestedDocument
+from retrieval_service.core.ingest.flow import IngestEvent, IngestProgress, IngestResult
+from retrieval_service.core.ingest.ingestor import Ingestor
+from retrieval_service.core.ingest.validation import SourceDocument, validate_filename
+from retrieval_service.core.ingest.versions import CRASH_POINTS, Checkpoint, no_checkpoint
 
 __all__ = [
     "CRASH_POINTS",

@@ -1,0 +1,77 @@
+"""The request checks of ingestion, listing and deletion (docs/api.md#documents-and-chunks):
+every rule a caller's input must meet, each failure an `InvalidArgument` naming its field. They
+run before anything is embedded or written, so bad input changes nothing."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
+from shared.errors import InvalidArgument
+
+MAX_FILENAME_CHARS = 255
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDocument:
+    filename: str
+    content: bytes
+    file_type: str | None = None
+
+
+def validate_filename(filename: str, field: str) -> None:
+    """A plain file name: not blank, no path separators or "..", no control or format
+    characters, at most 255 characters, with a supported extension."""
+    if not filename or not filename.strip():
+        raise InvalidArgument(field, "must not be empty")
+    if len(filename) > MAX_FILENAME_CHARS:
+        raise InvalidArgument(field, f"is longer than {MAX_FILENAME_CHARS} characters")
+    if "/" in filename or "\\" in filename:
+        raise InvalidArgument(field, "must not contain path separators")
+    if ".." in filename:
+        raise InvalidArgument(field, 'must not contain ".."')
+    if filename != filename.strip():
+        raise InvalidArgument(field, "must not start or end with whitespace")
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs") for ch in filename):
+        raise InvalidArgument(field, "must not contain control characters")
+    if extension_of(filename) not in FILE_TYPES_BY_EXTENSION:
+        supported = ", ".join(sorted(FILE_TYPES_BY_EXTENSION))
+        raise InvalidArgument(field, f"unsupported file type (supported: {supported})")
+
+
+def check_ingest_request(documents: Sequence[SourceDocument]) -> None:
+    """At least one document, no file name twice."""
+    if not documents:
+        raise InvalidArgument("documents", "must hold at least one document")
+    seen: set[str] = set()
+    for i, doc in enumerate(documents):
+        if doc.filename in seen:
+            raise InvalidArgument(f"documents[{i}].filename", "appears twice in the request")
+        seen.add(doc.filename)
+
+
+def check_content(doc: SourceDocument, field: str, max_bytes: int) -> None:
+    """Some bytes, and at most `max_bytes` of them (`field` names the content)."""
+    if not doc.content:
+        raise InvalidArgument(field, "must not be empty")
+    if len(doc.content) > max_bytes:
+        raise InvalidArgument(field, f"is {len(doc.content)} bytes, at most {max_bytes}")
+
+
+def check_delete_request(filenames: Sequence[str]) -> None:
+    """At least one name, each under the same rule as on ingest."""
+    if not filenames:
+        raise InvalidArgument("filenames", "must hold at least one file name")
+    for i, name in enumerate(filenames):
+        validate_filename(name, f"filenames[{i}]")
+
+
+def list_page_size(page_size: int) -> int:
+    """AIP-158: page_size 0 → 100, above 1000 → 1000, negative → INVALID_ARGUMENT."""
+    if page_size < 0:
+        raise InvalidArgument("page_size", f"must not be negative, got {page_size}")
+    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)

@@ -1,0 +1,292 @@
+"""The crash-safe version protocol (retrieval_service/README.md "Crash safety"): every ingest
+writes a new *version* of a document beside the current one — a PENDING registry record naming
+all its rows (chunk ids are known once the document is parsed, before any vector is), the rows
+of the three levels in pieces as they embed, then the COMMITTED record, which is the instant the
+new version becomes current — and only then removes older versions. A delete commits a
+TOMBSTONE version first. Readers see current versions only, so a crash at any instant leaves
+the previous version intact or the new one complete; `reconcile` removes what a crash left
+behind. Each step is a named checkpoint (`CRASH_POINTS`) where tests stop the writer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from retrieval_service.core.chunking import ChunkRecord
+from retrieval_service.core.documents import (
+    COMMITTED,
+    LEVELS,
+    PENDING,
+    TOMBSTONE,
+    DocumentEntry,
+    IngestedDocument,
+    RecordKey,
+    current_of,
+    new_version,
+    version_age_seconds,
+)
+from retrieval_service.core.embedding import normalise
+from retrieval_service.core.errors import STORE_FAILURES
+from retrieval_service.core.ingest.preparation import Prepared
+from retrieval_service.core.ports import ChunkRepository, DocumentRegistry, StoredChunk
+from retrieval_service.metrics import record_ingested
+
+log = logging.getLogger(__name__)
+
+#: Called with the name of each step of a write as it is reached (`CRASH_POINTS`). The
+#: service passes a no-op; the kill-anywhere test hook (`SUPERMEW_CRASH_AT`, read by
+#: `__main__`) ends the process there, and in-process tests pause there.
+Checkpoint = Callable[[str], Awaitable[None]]
+#: Every named step of an ingest and a delete, in order of first arrival. `during_level_N` is
+#: reached after each write of level-N rows while their document is not yet committed: for a
+#: document spanning several embedding windows, the first one comes with rows of that level
+#: still to write.
+CRASH_POINTS = (
+    "before_write",
+    "after_intent",
+    "during_level_3",
+    "during_level_2",
+    "during_level_1",
+    "before_commit",
+    "after_commit",
+    "during_cleanup",
+    "after_cleanup",
+    "delete_before_commit",
+    "delete_after_commit",
+    "delete_during_cleanup",
+    "delete_after_cleanup",
+)
+
+
+async def no_checkpoint(name: str) -> None:
+    return None
+
+
+#: One embedding window as the writer receives it: each leaf with the parents it completes,
+#: its vector and its version.
+Window = list[tuple["Version", ChunkRecord, tuple[ChunkRecord, ...], np.ndarray]]
+
+
+class Version:
+    """The new version of one document while its rows are written piecewise: the vectors of
+    the leaves of each parent not yet written (a parent's vector is the normalised mean of
+    its leaves'), so at most one L1's leaf vectors are held per document."""
+
+    def __init__(self, doc: Prepared) -> None:
+        self.doc = doc
+        self.entry = DocumentEntry(
+            doc.filename, doc.file_type, doc.pages, doc.counts, new_version(), PENDING
+        )
+        self.replaced = False
+        self.committed = False
+        self.leaves_left = doc.leaf_count
+        self._held: dict[str, list[np.ndarray]] = {}
+
+    def take(
+        self, leaf: ChunkRecord, closes: Sequence[ChunkRecord], vector: np.ndarray
+    ) -> list[tuple[ChunkRecord, np.ndarray]]:
+        """Records one embedded leaf; returns the parents it completes (`closes`), with their
+        vectors."""
+        self._held.setdefault(leaf.parent_chunk_id, []).append(vector)
+        self._held.setdefault(leaf.root_chunk_id, []).append(vector)
+        self.leaves_left -= 1
+        return [
+            (parent, normalise(np.mean(np.stack(self._held.pop(parent.chunk_id)), axis=0)))
+            for parent in closes
+        ]
+
+    @property
+    def holding(self) -> int:
+        """How many parents' leaf vectors are held (0 once every parent is written)."""
+        return len(self._held)
+
+    def report(self) -> IngestedDocument:
+        return IngestedDocument(
+            filename=self.doc.filename,
+            file_type=self.doc.file_type,
+            pages=self.doc.pages,
+            l1_chunks=self.entry.level_count(1),
+            l2_chunks=self.entry.level_count(2),
+            l3_chunks=self.entry.level_count(3),
+            replaced=self.replaced,
+        )
+
+
+def stage(
+    windows: list[Window], bm25_levels: frozenset[int] = frozenset(LEVELS)
+) -> tuple[dict[int, list[StoredChunk]], list[Version]]:
+    """The chunks of embedded windows to write (their leaves and every parent they complete)
+    per level, and the versions they complete. Cheap: the store builds its rows (and their
+    BM25 text) off the event loop."""
+    staged: dict[int, list[StoredChunk]] = {lvl: [] for lvl in LEVELS}
+    completed: list[Version] = []
+    for window in windows:
+        for v, leaf, closes, vector in window:
+            version = v.entry.version
+            staged[3].append(StoredChunk(leaf, vector, version, 3 in bm25_levels))
+            for parent, mean in v.take(leaf, closes, vector):
+                level = parent.chunk_level
+                staged[level].append(StoredChunk(parent, mean, version, level in bm25_levels))
+            if v.leaves_left == 0:
+                completed.append(v)
+    return staged, completed
+
+
+class VersionProtocol:
+    """The protocol's steps on the two store ports, each passing its checkpoints. The caller
+    runs one step at a time per process (the ingestor's lock); across processes, versions
+    order the writers. Store failures arrive as `STORE_FAILURES`."""
+
+    def __init__(
+        self, chunks: ChunkRepository, registry: DocumentRegistry, checkpoint: Checkpoint
+    ) -> None:
+        self._chunks = chunks
+        self._registry = registry
+        self._checkpoint = checkpoint
+
+    async def begin(self, versions: list[Version]) -> None:
+        """The PENDING records of every document of the request, in one upsert, before any of
+        their rows: each names all rows its version will have, so reconciliation can always
+        find (and remove) the rows of a version that died."""
+        records = await self._registry.records_of([v.doc.filename for v in versions])
+        for v in versions:
+            keys = (
+                RecordKey(r.filename, r.version, r.state) for r in records.get(v.doc.filename, [])
+            )
+            current = current_of(keys).get(v.doc.filename)
+            v.replaced = current is not None and current.state == COMMITTED
+        await self._checkpoint("before_write")
+        await self._registry.put(*(v.entry for v in versions))
+        await self._checkpoint("after_intent")
+
+    async def commit(self, staged: dict[int, list[StoredChunk]], completed: list[Version]) -> None:
+        """One write: the staged rows (several documents', one write per level), then the
+        commit records of the documents they complete, in one upsert (each record commits its
+        own document: a crash between two leaves each document whole, old or new)."""
+        try:
+            for lvl in (3, 2, 1):  # leaves first: they are what the writer holds vectors for
+                if staged[lvl]:
+                    await self._chunks.write_chunks(lvl, staged[lvl])
+                    await self._checkpoint(f"during_level_{lvl}")
+            if not completed:
+                return
+            await self._checkpoint("before_commit")
+            committed = [replace(v.entry, state=COMMITTED) for v in completed]
+            await self._registry.put(*committed)  # the commit: these versions are current
+        except STORE_FAILURES:
+            log.error("writing %d rows failed; previous versions stay current", len(staged[3]))
+            raise
+        for v, entry in zip(completed, committed, strict=True):
+            v.entry, v.committed = entry, True
+            record_ingested(*(entry.level_count(lvl) for lvl in LEVELS))
+        await self._checkpoint("after_commit")
+        await self.settle([v.entry for v in completed])
+        await self._checkpoint("after_cleanup")
+
+    async def seal(self) -> None:
+        """The rows are written (and durable in Milvus's log) by now; sealing only makes them
+        fast to search, so a failure is logged and the request still succeeds."""
+        try:
+            await self._chunks.seal()
+        except STORE_FAILURES:
+            log.warning("could not flush the written rows into indexed segments")
+
+    async def discard_quietly(self, entries: list[DocumentEntry]) -> None:
+        """Removes versions that will never commit (rows first, records last)."""
+        try:
+            await self.remove(entries, "discard")
+        except STORE_FAILURES:
+            # The write's own error is what the caller hears; reconciliation removes the rest.
+            log.error("removing %d uncommitted versions failed", len(entries))
+
+    async def settle(self, entries: list[DocumentEntry]) -> None:
+        """After a commit, per document: if a newer version was committed meanwhile (another
+        replica won), this one is removed; otherwise the older committed versions are. One
+        registry query and one delete per level for all of them. Failures are logged: the
+        commits stand and reconciliation finishes the job."""
+        try:
+            records = await self._registry.records_of([e.filename for e in entries])
+            doomed: list[DocumentEntry] = []
+            for entry in entries:
+                mine = records.get(entry.filename, [])
+                current = current_of(RecordKey(r.filename, r.version, r.state) for r in mine)
+                winner = current.get(entry.filename)
+                if winner is not None and winner.version != entry.version:
+                    log.info("a newer version of %s was committed meanwhile", entry.filename)
+                    doomed.append(entry)
+                    continue
+                doomed += [r for r in mine if r.state != PENDING and r.version < entry.version]
+            await self.remove(doomed, "during_cleanup")
+        except STORE_FAILURES:
+            log.error("removing older versions of %d documents failed", len(entries))
+
+    async def remove(self, entries: list[DocumentEntry], checkpoint: str) -> int:
+        """Removes whole versions, rows first (one delete per level for all of them) and
+        records last, so a record always names every row that may exist."""
+        if not entries:
+            return 0
+        deleted = 0
+        for lvl in LEVELS:
+            pks = [pk for e in entries for pk in e.pks(lvl)]
+            deleted += await self._chunks.delete_rows(lvl, pks)
+            if lvl == 1:
+                await self._checkpoint(checkpoint)
+        await self._registry.remove(entries)
+        return deleted
+
+    async def delete(self, name: str) -> int:
+        """Deletes one document (a TOMBSTONE commit, then its older versions' rows and
+        records); returns the rows deleted, 0 for an unknown name."""
+        if await self._registry.get(name) is None:
+            return 0
+        tombstone = DocumentEntry(name, "", 0, {}, new_version(), TOMBSTONE)
+        await self._checkpoint("delete_before_commit")
+        await self._registry.put(tombstone)  # the commit: from here on the document is gone
+        await self._checkpoint("delete_after_commit")
+        records = await self._registry.records(name)
+        older = [r for r in records if r.state != PENDING and r.version < tombstone.version]
+        deleted = await self.remove(older, "delete_during_cleanup")
+        # Rows of versions no committed record names (a crashed or superseded writer's):
+        # older than the tombstone, so they can never become current.
+        for lvl in LEVELS:
+            deleted += await self._chunks.delete_older(lvl, name, tombstone.version)
+        await self._checkpoint("delete_after_cleanup")
+        return deleted
+
+    async def reconcile(self, grace_seconds: float | None) -> int:
+        """Removes what crashed or superseded writers left: records (and their rows) older
+        than their document's current version, pending versions older than `grace_seconds`
+        and tombstones older than it. `None` means this process is the store's only writer
+        (embedded Milvus Lite at start-up): every pending version is dead. On a shared
+        server the grace keeps another replica's in-flight ingest alive; it must exceed the
+        longest ingest. Returns the number of records removed; seals when it removed any."""
+        keys = await self._registry.scan()
+        current = current_of(keys)
+        now = new_version()
+
+        def expired(key: RecordKey) -> bool:
+            if grace_seconds is None:
+                return True
+            return version_age_seconds(key.version, int(now.split("-")[0])) > grace_seconds
+
+        stale = []
+        for key in keys:
+            live = current.get(key.filename)
+            superseded = live is not None and key.version < live.version
+            if key.state == PENDING:
+                # One older than the current version can never become current; a newer
+                # one is dead only once older than the grace.
+                if superseded or expired(key):
+                    stale.append(key)
+            elif superseded or (key.state == TOMBSTONE and expired(key)):
+                stale.append(key)
+        if not stale:
+            return 0
+        entries = await self._registry.full(stale)
+        await self.remove(entries, "reconcile")
+        await self.seal()
+        log.info("reconciliation removed %d stale document versions", len(entries))
+        return len(entries)
