@@ -1,88 +1,150 @@
-"""The orchestrator as it was before the aiohttp client and settled heap, kept for
-bench/orchestrator_throughput.py only: `python -m bench._orchestrator_variant CLIENT LOOP` serves
-one process with the model client on httpx (CLIENT=httpx: the replaced transport, its request path
-as before minus retries, which the bench's model never needs) or on shared.http (CLIENT=aiohttp),
-under asyncio's default loop or uvloop (LOOP), and without the shipped service's garbage-collector
-settings (shared.heap.settle_heap). Production code has no switch for any of these; the settings
-come from the environment as for the real service."""
+"""The orchestrator as shipped but for the parts one row of bench/orchestrator_throughput.py
+varies, kept for that bench only: `python -m bench._orchestrator_variant CLIENT LOOP HEAP`
+serves one process with
+
+- CLIENT `aiohttp`: the model client on aiohttp directly (`AiohttpClient` below: shared.http
+  as it was before it moved onto httpx's API over httpx-aiohttp's transport), or `shared`:
+  shared.http as shipped;
+- LOOP `uvloop` (as shipped) or `asyncio` (asyncio's default loop);
+- HEAP `settled` (as shipped: shared.heap.settle_heap once serving) or `as-is` (CPython's
+  garbage-collector defaults).
+
+Production code has no switch for any of these; the settings come from the environment as
+for the real service."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 import uvloop
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from orchestrator_service.bootstrap import build_app
-from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
-from orchestrator_service.models.remote import DEPENDENCY, RemoteModelClient
+from orchestrator_service.models.remote import RemoteModelClient
 from orchestrator_service.settings import OrchestratorSettings
-from shared.errors import DeadlineExceeded, DependencyUnavailable
-from shared.http import Reply
+from shared.heap import settle_heap
+from shared.http import (
+    HttpConnectionError,
+    HttpConnectTimeout,
+    HttpTimeout,
+    HttpTransportError,
+    Reply,
+)
 from shared.serve import serve
 from shared.startup import run_service
 
+# ---- the model client on aiohttp directly (shared.http before httpx) ------------------------
 
-class HttpxModelClient(RemoteModelClient):
-    """RemoteModelClient whose structured-output calls go through httpx.AsyncClient as before
-    (pool of 256, 64 kept alive). Only what the throughput bench exercises: one attempt per
-    call and the 2xx path; failures map as before, without retries."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._httpx = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        )
+def _translate(exc: BaseException) -> HttpTransportError:
+    # ConnectionTimeoutError and SocketTimeoutError are also TimeoutErrors: order matters.
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return HttpConnectTimeout("connect timeout")
+    if isinstance(exc, TimeoutError):
+        return HttpTimeout("timed out waiting for the reply")
+    return HttpConnectionError("the connection failed")
 
-    async def _post(self, task: str, body: dict[str, Any], timeout: float | None) -> str:
-        seconds = self._timeout if timeout is None else min(timeout, self._timeout)
-        try:
-            response = await self._httpx.post(
-                self._url, json=body, headers=self._headers, timeout=seconds
+
+class AiohttpClient:
+    """shared.http's HttpClient as it was, on an aiohttp session of its own: pool, timeouts,
+    failures, environment proxies looked up once per URL. Only what a Run uses (`post_json`;
+    streamed answers are not part of this bench)."""
+
+    def __init__(
+        self, *, headers: Mapping[str, str] | None = None, max_connections: int = 256
+    ) -> None:
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, tuple[URL | None, aiohttp.BasicAuth | None]] = {}
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0),
+                headers=self._headers,
             )
-        except httpx.TimeoutException as exc:
-            raise DeadlineExceeded(f"model task {task}: no reply") from exc
-        except httpx.TransportError as exc:
-            raise DependencyUnavailable(DEPENDENCY, f"task {task}: the connection failed") from exc
-        if response.status_code >= 400:
-            raise self._http_error(task, Reply(response.status_code, response.headers, b""))
+        return self._session
+
+    def _proxy(self, url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+        found = self._proxies.get(url)
+        if found is None:
+            try:
+                found = get_env_proxy_for_url(URL(url))
+            except LookupError:
+                found = (None, None)
+            self._proxies[url] = found
+        return found
+
+    @staticmethod
+    def _timeout(seconds: float | None) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+
+    @staticmethod
+    def _encode(body: Any) -> bytes:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    async def post_json(self, url: str, body: Any, *, timeout: float | None, headers: Any) -> Reply:
+        proxy, proxy_auth = self._proxy(url)
         try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            return ""
-        return content if isinstance(content, str) else json.dumps(content)
+            async with self._open().post(
+                url,
+                data=self._encode(body),
+                headers=headers,
+                timeout=self._timeout(timeout),
+                proxy=proxy,
+                proxy_auth=proxy_auth,
+            ) as response:
+                return Reply(response.status, response.headers, await response.read())
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _translate(exc) from exc
 
     async def aclose(self) -> None:
-        await self._httpx.aclose()
-        await super().aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
-def _model(settings: OrchestratorSettings, client: str) -> ModelClient:
-    if client == "aiohttp":
-        return build_model_client(settings)
+# ---- the variant service ----------------------------------------------------------------------
+
+
+def _model(settings: OrchestratorSettings, client: str) -> ModelClient | None:
+    if client == "shared":
+        return None  # the configured one, as shipped
     assert settings.llm_base_url
-    return HttpxModelClient(
+    return RemoteModelClient(
         base_url=settings.llm_base_url,
         api_key=settings.llm_api_key,
         model=settings.model or "",
         timeout=settings.llm_timeout_seconds,
+        http=AiohttpClient(max_connections=256),  # type: ignore[arg-type]
     )
 
 
 def main(argv: list[str]) -> int:
-    client, loop = argv
+    client, loop, heap = argv
+    assert client in ("aiohttp", "shared") and loop in ("uvloop", "asyncio")
+    assert heap in ("settled", "as-is")
     factory: Callable[[], asyncio.AbstractEventLoop] | None = (
         uvloop.new_event_loop if loop == "uvloop" else None
     )
 
     async def serve_variant(settings: OrchestratorSettings, on_started: Callable[[], None]) -> None:
         app = build_app(settings, model=_model(settings, client))
-        await serve(app.server, on_stop=app.aclose, on_started=on_started)
+
+        def started() -> None:
+            if heap == "settled":
+                settle_heap()
+            on_started()
+
+        await serve(app.server, on_stop=app.aclose, on_started=started)
 
     return run_service("orchestrator (bench variant)", OrchestratorSettings, serve_variant,
                        loop_factory=factory)  # fmt: skip

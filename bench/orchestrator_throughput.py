@@ -2,11 +2,12 @@
 against the orchestrator as its own process(es), the scripted model server answering after
 50 ms and the scripted retrieval service in this process. One run compares
 
-- before: the model client on httpx under asyncio's loop (bench/_orchestrator_variant.py),
-- the model client on shared.http (aiohttp) under asyncio's loop (the client alone),
-- the same under uvloop, with CPython's garbage-collector defaults (all but `settle_heap`),
-- `python -m orchestrator_service` as shipped (aiohttp + uvloop + `settle_heap`), 1 and 2
-  workers,
+- before: the model client on aiohttp directly (shared.http before it moved onto httpx's API;
+  a copy in bench/_orchestrator_variant.py), the rest as shipped,
+- after: `python -m orchestrator_service` as shipped (shared.http on httpx over
+  httpx-aiohttp's transport, uvloop, `settle_heap`), 1 and 2 workers,
+- the shipped client under asyncio's loop and CPython's garbage-collector defaults, and under
+  uvloop with those defaults (what uvloop and `settle_heap` save),
 
 on the fast path (1 model call per Run) and a model-classified question (2 calls). Ratio =
 runs/s ÷ the ideal 64 ÷ per-run model time (≥ 0.8 wanted); CPU ms/run is the orchestrator's
@@ -40,13 +41,20 @@ CASES = [
     ("fast path (1 call)", "丹瑾是什么属性？", 1),
     ("model-classified (2 calls)", "请介绍一下公司年假制度里面关于新员工的具体规定内容", 2),
 ]
-# (label, command after the interpreter, workers)
+VARIANT = ["-m", "bench._orchestrator_variant"]
+BEFORE, AFTER = "before: aiohttp client", "after: shipped (httpx)"
+AS_IS, ASYNCIO, TWO = "after, uvloop, GC as is", "after, asyncio, GC as is", "after, 2 workers"
+# (label, command after the interpreter, workers). Before and after run twice, in ABBA order,
+# so that load from elsewhere on the machine drifting during the run weighs on both alike;
+# their ratios below compare the means.
 VARIANTS = [
-    ("before: httpx, asyncio", ["-m", "bench._orchestrator_variant", "httpx", "asyncio"], 1),
-    ("aiohttp, asyncio", ["-m", "bench._orchestrator_variant", "aiohttp", "asyncio"], 1),
-    ("aiohttp, uvloop, GC as is", ["-m", "bench._orchestrator_variant", "aiohttp", "uvloop"], 1),
-    ("shipped: aiohttp, uvloop", ["-m", "orchestrator_service"], 1),
-    ("shipped, 2 workers", ["-m", "orchestrator_service"], 2),
+    (BEFORE, [*VARIANT, "aiohttp", "uvloop", "settled"], 1),
+    (AFTER, ["-m", "orchestrator_service"], 1),
+    (AFTER, ["-m", "orchestrator_service"], 1),
+    (BEFORE, [*VARIANT, "aiohttp", "uvloop", "settled"], 1),
+    (AS_IS, [*VARIANT, "shared", "uvloop", "as-is"], 1),
+    (ASYNCIO, [*VARIANT, "shared", "asyncio", "as-is"], 1),
+    (TWO, ["-m", "orchestrator_service"], 2),
 ]
 
 
@@ -215,28 +223,33 @@ def main() -> None:
     head = ("variant", "case", "runs/s", "ideal", "ratio", "orch CPU ms/run", "bench CPU ms")
     print(f"{head[0]:<26} {head[1]:<27} {head[2]:>7} {head[3]:>6} {head[4]:>5} {head[5]:>15} "
           f"{head[6]:>12}")  # fmt: skip
-    base = {label: (rate, cpu) for variant, label, rate, _, cpu, _ in rows if variant == rows[0][0]}
     for variant, label, achieved, ideal, server_ms, own_ms in rows:
         print(
             f"{variant:<26} {label:<27} {achieved:>7.1f} {ideal:>6.0f} {achieved / ideal:>5.2f} "
             f"{server_ms:>15.2f} {own_ms:>12.2f}"
         )
-    print("\nagainst the first variant (before):")
-    for variant, label, achieved, _, server_ms, _ in rows[len(CASES) :]:
-        rate, cpu = base[label]
+
+    def mean(variant: str, case: str, column: int) -> float:
+        values = [row[column] for row in rows if row[0] == variant and row[1] == case]
+        return sum(values) / len(values)
+
+    rate, cpu = 2, 4  # columns of a Row
+    print("\nratios (of the means where a variant ran twice):")
+    for case, _, _ in CASES:
+        before, after = mean(BEFORE, case, cpu), mean(AFTER, case, cpu)
+        speed = mean(AFTER, case, rate) / mean(BEFORE, case, rate)
         print(
-            f"  {variant:<26} {label:<27} CPU/run ×{server_ms / cpu:.2f}  "
-            f"runs/s ×{achieved / rate:.2f}"
+            f"  after ÷ before, {case}: CPU/run {before:.2f} → {after:.2f} ms, "
+            f"×{after / before:.2f} (target ≤ ×1.10); runs/s ×{speed:.2f}"
         )
-    one = {label: rate for variant, label, rate, *_ in rows if variant == VARIANTS[3][0]}
-    for variant, label, achieved, *_ in rows:
-        if variant == VARIANTS[4][0]:
-            print(f"  2 workers ÷ 1 worker, {label}: runs/s ×{achieved / one[label]:.2f}")
-    as_is = {label: cpu for variant, label, _, _, cpu, _ in rows if variant == VARIANTS[2][0]}
-    for variant, label, _, _, server_ms, _ in rows:
-        if variant == VARIANTS[3][0]:
-            ratio = server_ms / as_is[label]
-            print(f"  GC settings (shipped ÷ GC as is), {label}: CPU/run ×{ratio:.2f}")
+    for case, _, _ in CASES:
+        gc = mean(AFTER, case, cpu) / mean(AS_IS, case, cpu)
+        loop = mean(AS_IS, case, cpu) / mean(ASYNCIO, case, cpu)
+        workers = mean(TWO, case, rate) / mean(AFTER, case, rate)
+        print(
+            f"  {case}: GC settings (after ÷ GC as is) CPU/run ×{gc:.2f}; uvloop ÷ asyncio "
+            f"CPU/run ×{loop:.2f}; 2 workers ÷ 1 runs/s ×{workers:.2f}"
+        )
     print(
         f"targets: fast path ≤ 2.5 ms and 2 calls ≤ 3.5 ms of orchestrator CPU per Run; ratio "
         f"≥ {TARGET}; 2 workers ≥ ×1.7 the runs/s of one on 2 idle cores (this process's "

@@ -1,22 +1,23 @@
 """The one HTTP client of the project's outbound JSON calls (model, rerank and embeddings
-endpoints): the pooled session, timeouts, transport failures translated into library-neutral
-exceptions, and the retry rule for statuses worth another attempt. It is built on aiohttp, which
-measured the least CPU per request under concurrency (ENVIRONMENT.md §6: ×0.44 on the
-orchestrator's two-model-call path against httpx, whose pool polls every socket per request);
-swapping the library touches this module only."""
+endpoints): the pooled client, timeouts, transport failures translated into library-neutral
+exceptions, and the retry rule for statuses worth another attempt. The API is httpx's
+(`httpx.AsyncClient`); its connections are aiohttp's, through httpx-aiohttp's transport, since
+httpx's own pool polls every pooled socket on each request, which made the orchestrator's CPU
+per Run ×1.7 on its two-model-call path. Swapping either library touches this module only."""
 
 from __future__ import annotations
 
 import json
+import logging
 import random
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, ItemsView, Mapping
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp.helpers import get_env_proxy_for_url
-from yarl import URL
+import httpx
+from httpx_aiohttp import AiohttpTransport
 
 
 class HttpTransportError(Exception):
@@ -36,11 +37,25 @@ class HttpConnectionError(HttpTransportError):
     """The connection was refused, reset or cut (a body ended early included)."""
 
 
+# httpx logs each request at INFO ("HTTP Request: POST <url> …"); the callers record their
+# calls (spans, their own warnings), so its lines show from WARNING up, as before httpx.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+# What a request can fail with below HTTP: httpx's errors (a bad URL included), and aiohttp's
+# or a timeout where httpx-aiohttp passes them through unmapped.
+_FAILURES = (httpx.RequestError, httpx.InvalidURL, aiohttp.ClientError, TimeoutError)
+
+
 def _translate(exc: BaseException) -> HttpTransportError:
-    # ConnectionTimeoutError and SocketTimeoutError are also TimeoutErrors: order matters.
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    # httpx-aiohttp maps aiohttp's errors onto httpx's coarsely (a refused connection comes out
+    # as httpx.ConnectTimeout), so the aiohttp error it wraps decides when there is one.
+    if isinstance(exc.__cause__, aiohttp.ClientError | TimeoutError):
+        exc = exc.__cause__
+    # aiohttp's ConnectionTimeoutError and SocketTimeoutError are also TimeoutErrors: order
+    # matters.
+    if isinstance(exc, aiohttp.ConnectionTimeoutError | httpx.ConnectTimeout):
         return HttpConnectTimeout("connect timeout")
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
         return HttpTimeout("timed out waiting for the reply")
     return HttpConnectionError("the connection failed")
 
@@ -65,35 +80,103 @@ class Reply:
 class StreamReply:
     """A reply whose body is read as it arrives (server-sent events)."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: httpx.Response) -> None:
         self._response = response
-        self.status = response.status
+        self.status = response.status_code
         self.headers: Mapping[str, str] = response.headers
 
     async def read(self) -> Reply:
         try:
-            body = await self._response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            body = await self._response.aread()
+        except _FAILURES as exc:
             raise _translate(exc) from exc
         return Reply(self.status, self.headers, body)
 
     async def lines(self) -> AsyncIterator[str]:
-        """The body's lines without their line ends; each wait is bounded by the timeout."""
-        content = self._response.content
+        """The body's lines without their line ends; each wait is bounded by the timeout.
+        Lines end at LF only (httpx's `aiter_lines` also splits on other Unicode line
+        boundaries, which a JSON string in an event may hold)."""
+        chunks = self._response.aiter_bytes()
+        pending = b""
         while True:
             try:
-                raw = await content.readline()
-            except (aiohttp.ClientError, TimeoutError) as exc:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except _FAILURES as exc:
                 raise _translate(exc) from exc
-            if not raw:
-                return
-            yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            *complete, pending = (pending + chunk).split(b"\n")
+            for raw in complete:
+                yield _line(raw)
+        if pending:
+            yield _line(pending)
+
+
+def _line(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+
+_READ = httpx.ByteStream(b"")
+
+
+def _unlink(response: httpx.Response) -> None:
+    """Drops a read or closed reply's link to its stream, which links back to the reply: left
+    in place, that cycle keeps the reply and its aiohttp objects (~40 per request) alive until
+    the garbage collector runs, which then costs the orchestrator more than httpx itself."""
+    response.stream = _READ
+
+
+class _Cookies(httpx.Cookies):
+    """httpx's cookie store, skipping the replies that set no cookie: httpx hands every reply
+    to urllib's cookie machinery, which cost 15 % of the CPU of a request."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers or "set-cookie2" in response.headers:
+            super().extract_cookies(response)
+
+
+class _NamesAsGiven(httpx.Headers):
+    """Request headers whose names reach the wire as written (`Authorization`): httpx-aiohttp
+    hands aiohttp `items()`, whose names httpx lower-cases."""
+
+    def items(self) -> ItemsView[str, str]:
+        values: dict[str, str] = {}
+        spelled: dict[str, str] = {}  # lower-case name → its first spelling
+        for raw_name, raw_value in self.raw:
+            name, value = raw_name.decode(self.encoding), raw_value.decode(self.encoding)
+            first = spelled.setdefault(name.lower(), name)
+            values[first] = f"{values[first]}, {value}" if first in values else value
+        return values.items()
+
+
+async def _names_as_given(request: httpx.Request) -> None:
+    request.headers = _NamesAsGiven(request.headers)
+
+
+class _AiohttpClient(httpx.AsyncClient):
+    """httpx's client whose transports, direct and through each proxy the environment names,
+    are httpx-aiohttp's over one aiohttp session (`session`: called on a transport's first
+    request, inside the event loop that uses it, since aiohttp binds a session to its loop)."""
+
+    def __init__(self, session: Callable[[], aiohttp.ClientSession], **kwargs: Any) -> None:
+        self._session = session
+        super().__init__(**kwargs)
+        self._cookies = _Cookies()
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return AiohttpTransport(client=self._session)
+
+    def _init_proxy_transport(
+        self, proxy: httpx.Proxy, *args: Any, **kwargs: Any
+    ) -> httpx.AsyncBaseTransport:
+        return AiohttpTransport(proxy=proxy, client=self._session)
 
 
 class HttpClient:
     """A pool of keep-alive connections (`max_connections` at most) for JSON POSTs. The
-    session is opened on first use, inside the event loop that uses it (aiohttp binds a session
-    to its loop), so the owner may be built anywhere; each worker process has its own.
+    client is opened on first use, inside the event loop that uses it (aiohttp binds its
+    session to its loop), so the owner may be built anywhere; each worker process has its own.
+    HTTP(S)_PROXY / NO_PROXY from the environment apply, read when the client opens.
 
     `timeout` bounds connecting and each wait for data separately, not the whole exchange (the
     caller's deadline does that), like the per-phase timeouts of the client it replaced."""
@@ -103,33 +186,42 @@ class HttpClient:
     ) -> None:
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._max_connections = max_connections
+        self._client: httpx.AsyncClient | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._proxies: dict[str, tuple[URL | None, aiohttp.BasicAuth | None]] = {}
+        self._urls: dict[str, httpx.URL] = {}
 
-    def _open(self) -> aiohttp.ClientSession:
+    def _aiohttp_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0),
-                headers=self._headers,
+                cookie_jar=aiohttp.DummyCookieJar(),  # httpx's client keeps the cookies
             )
         return self._session
 
-    def _proxy(self, url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
-        """HTTP(S)_PROXY / NO_PROXY for `url`, like the client this replaced, looked up once
-        per URL: aiohttp's own `trust_env` redoes it (and reads ~/.netrc) on every request,
-        which doubled its CPU per request."""
-        found = self._proxies.get(url)
-        if found is None:
-            try:
-                found = get_env_proxy_for_url(URL(url))
-            except LookupError:
-                found = (None, None)
-            self._proxies[url] = found
-        return found
+    def _open(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = _AiohttpClient(
+                self._aiohttp_session,
+                headers=self._headers,
+                event_hooks={"request": [_names_as_given]},
+                timeout=None,
+                # aiohttp's rule, which the callers were written against.
+                follow_redirects=True,
+                max_redirects=10,
+            )
+        return self._client
+
+    def _url(self, url: str) -> httpx.URL:
+        """`url` parsed once: httpx parses a string on every request."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     @staticmethod
-    def _timeout(seconds: float | None) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+    def _timeout(seconds: float | None) -> httpx.Timeout:
+        # No bound on waiting for a free connection of the pool, as before.
+        return httpx.Timeout(seconds, pool=None)
 
     @staticmethod
     def _encode(body: Any) -> bytes:
@@ -144,19 +236,17 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         """POST `body` as JSON and read the whole reply, whatever its status."""
-        proxy, proxy_auth = self._proxy(url)
         try:
-            async with self._open().post(
-                url,
-                data=self._encode(body),
+            response = await self._open().post(
+                self._url(url),
+                content=self._encode(body),
                 headers=headers,
                 timeout=self._timeout(timeout),
-                proxy=proxy,
-                proxy_auth=proxy_auth,
-            ) as response:
-                return Reply(response.status, response.headers, await response.read())
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            )
+        except _FAILURES as exc:
             raise _translate(exc) from exc
+        _unlink(response)
+        return Reply(response.status_code, response.headers, response.content)
 
     @asynccontextmanager
     async def stream_json(
@@ -168,27 +258,30 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[StreamReply]:
         """POST `body` as JSON; the reply is open (status and headers read) inside the block."""
-        proxy, proxy_auth = self._proxy(url)
+        client = self._open()
         try:
-            response = await self._open().post(
-                url,
-                data=self._encode(body),
+            request = client.build_request(
+                "POST",
+                self._url(url),
+                content=self._encode(body),
                 headers=headers,
                 timeout=self._timeout(timeout),
-                proxy=proxy,
-                proxy_auth=proxy_auth,
             )
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            response = await client.send(request, stream=True)
+        except _FAILURES as exc:
             raise _translate(exc) from exc
         try:
             yield StreamReply(response)
         finally:
-            response.release()
+            with suppress(*_FAILURES):  # the connection is dropped, not reused
+                await response.aclose()
+            _unlink(response)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.aclose()  # its transports close the session
+            self._client = None
+        self._session = None
 
 
 # ---- retries --------------------------------------------------------------------------------

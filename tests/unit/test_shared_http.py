@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import socket
 
 import pytest
@@ -24,6 +26,7 @@ def _reply(status: int, **headers: str) -> Reply:
     return Reply(status, CIMultiDict(headers), b"")
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_a_refused_connection_names_no_address() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -37,6 +40,7 @@ async def test_a_refused_connection_names_no_address() -> None:
     assert str(port) not in str(err.value) and "127.0.0.1" not in str(err.value)
 
 
+@pytest.mark.integration  # a loopback HTTP server
 async def test_a_reply_slower_than_the_timeout_is_http_timeout_and_a_fast_one_reads() -> None:
     script = ModelScript()
     script.fallback = lambda task, q: grade("strong", "sufficient", "answer")
@@ -71,12 +75,47 @@ def test_retry_rule() -> None:
     assert uncapped.delay(_reply(429, **{"Retry-After": "60"}), 1, None) == 60.0
 
 
-def test_proxies_come_from_the_environment_once_per_url(monkeypatch) -> None:
-    # The environment is the input under test (no component is replaced).
-    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy.internal:3128")
-    monkeypatch.setenv("NO_PROXY", "llm.local")
+@pytest.mark.integration  # a loopback HTTP server
+async def test_proxies_come_from_the_environment(monkeypatch) -> None:
+    # The environment is the input under test (no component is replaced): a proxy on
+    # 127.0.0.1 records what reaches it, and NO_PROXY sends 127.0.0.1 past it.
+    seen: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head)
+        if head.startswith(b"CONNECT "):
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        else:
+            await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split()[0]))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://user:pw@127.0.0.1:{port}")
+    monkeypatch.setenv("HTTPS_PROXY", f"http://user:pw@127.0.0.1:{port}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    script = ModelScript()
+    script.fallback = lambda task, q: grade("strong", "sufficient", "answer")
+    auth = b"proxy-authorization: basic " + base64.b64encode(b"user:pw").lower()
     client = HttpClient()
-    proxy, auth = client._proxy("https://api.example.com/v1/chat/completions")
-    assert str(proxy) == "http://proxy.internal:3128" and auth is not None
-    assert auth.login == "user"
-    assert client._proxy("https://llm.local/v1/chat/completions") == (None, None)
+    try:
+        reply = await client.post_json("http://api.example.com/v1/x", BODY, timeout=5)
+        assert reply.status == 200 and reply.json() == {}
+        assert seen[0].startswith(b"POST http://api.example.com/v1/x HTTP/1.1\r\n")
+        assert auth in seen[0].lower()
+        with pytest.raises(HttpConnectionError):  # the proxy refuses the tunnel
+            await client.post_json("https://api.example.com/v1/x", BODY, timeout=5)
+        assert seen[1].startswith(b"CONNECT api.example.com:443 HTTP/1.1\r\n")
+        assert auth in seen[1].lower()
+        async with FakeModelServer(script) as direct:  # on 127.0.0.1: NO_PROXY
+            reply = await client.post_json(direct.base_url + "/chat/completions", BODY, timeout=5)
+        assert reply.status == 200 and direct.requests[-1].body == BODY and len(seen) == 2
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
