@@ -209,6 +209,11 @@ class HttpClient:
                 follow_redirects=True,
                 max_redirects=10,
             )
+            # aiohttp adds these as it did before httpx (Accept, its User-Agent; keep-alive is
+            # HTTP/1.1's default): fewer headers for httpx to carry per request. Accept-Encoding
+            # stays httpx's, since httpx decodes the body.
+            for name in ("Accept", "Connection", "User-Agent"):
+                del self._client.headers[name]
         return self._client
 
     def _url(self, url: str) -> httpx.URL:
