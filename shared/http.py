@@ -122,13 +122,13 @@ _READ = httpx.ByteStream(b"")
 def _unlink(response: httpx.Response) -> None:
     """Drops a read or closed reply's link to its stream, which links back to the reply: left
     in place, that cycle keeps the reply and its aiohttp objects (~40 per request) alive until
-    the garbage collector runs, which then costs the orchestrator more than httpx itself."""
+    the garbage collector finds them, instead of freeing them at once."""
     response.stream = _READ
 
 
 class _Cookies(httpx.Cookies):
     """httpx's cookie store, skipping the replies that set no cookie: httpx hands every reply
-    to urllib's cookie machinery, which cost 15 % of the CPU of a request."""
+    to urllib's cookie machinery, ~15 % of a request's CPU on loopback."""
 
     def extract_cookies(self, response: httpx.Response) -> None:
         if "set-cookie" in response.headers or "set-cookie2" in response.headers:
