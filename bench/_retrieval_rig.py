@@ -29,6 +29,7 @@ from retrieval_service.adapters.milvus.connection import StoreConfig
 from retrieval_service.adapters.milvus.schema import OUTPUT_FIELDS, bm25_spec, dense_spec
 from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, retrieval_config
+from retrieval_service.core.documents import DocumentEntry
 from retrieval_service.core.errors import StoreUnavailable
 from retrieval_service.core.ports import Doc, StoredChunk
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
@@ -134,9 +135,20 @@ def doc_filename(doc_id: str) -> str:
     return f"{doc_id}.txt"
 
 
+async def all_documents(app: RetrievalApp) -> list[DocumentEntry]:
+    """Every current document of the store, page by page (the registry's ListDocuments)."""
+    out: list[DocumentEntry] = []
+    token = ""
+    while True:
+        page = await app.registry.page(1000, token)
+        out += page.entries
+        if not (token := page.next_page_token):
+            return out
+
+
 async def missing_abstracts(app: Any, doc_ids: list[str]) -> list[str]:
     """The abstracts a reused store (`--db`) does not hold yet, so a re-run ingests only those."""
-    have = {entry.filename for entry in await app.ingestor.list_documents()}
+    have = {entry.filename for entry in await all_documents(app)}
     return [d for d in doc_ids if doc_filename(d) not in have]
 
 

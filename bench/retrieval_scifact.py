@@ -32,6 +32,7 @@ from bench._retrieval_rig import (
     SCIFACT_DIR,
     Endpoint,
     SciFact,
+    all_documents,
     bench_settings,
     doc_filename,
     doc_metrics,
@@ -201,7 +202,7 @@ async def quality(endpoints: dict[str, Endpoint], data: SciFact, claim_ids: list
 async def leaf_vectors(app: RetrievalApp, raw: Any, collection: str) -> np.ndarray:
     """Every current leaf vector, by primary key (derived from the registry, like the service:
     one per chunk version)."""
-    ids = [i for entry in await app.ingestor.list_documents() for i in entry.pks(3)]
+    ids = [i for entry in await all_documents(app) for i in entry.pks(3)]
     rows = []
     for start in range(0, len(ids), 1000):
         batch = raw.get(collection, ids=ids[start : start + 1000], output_fields=["dense"])

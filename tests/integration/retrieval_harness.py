@@ -310,11 +310,15 @@ async def running_service(
     embedder: Embedder | None = None,
     store: StoreConfig | None = None,
     chunking: ChunkingConfig | None = SMALL,
+    window: int | None = None,
     **settings: Any,
 ) -> AsyncIterator[Service]:
-    """The real service (composition root's wiring) served on 127.0.0.1:0."""
+    """The real service (composition root's wiring) served on 127.0.0.1:0; `window`: the
+    ingestor's embedding window."""
     config = RetrievalSettings(milvus_uri=str(db), bind_host="127.0.0.1", **settings)
-    app = await create_app(config, embedder=embedder or model(), store=store, chunking=chunking)
+    app = await create_app(
+        config, embedder=embedder or model(), store=store, chunking=chunking, window=window
+    )
     server = GrpcServer(
         config,
         port=0,

@@ -85,8 +85,7 @@ async def test_progress_arrives_while_a_multi_batch_document_embeds(
 async def test_each_document_reports_and_the_result_keeps_request_order(
     tmp_path, endpoint, embedder
 ) -> None:
-    async with running_service(tmp_path / "kb.db", embedder=embedder) as svc:
-        svc.app.ingestor._window = 4
+    async with running_service(tmp_path / "kb.db", embedder=embedder, window=4) as svc:
         events = [
             e
             async for e in svc.stub.StreamIngestDocuments(
@@ -128,8 +127,8 @@ class GatedEmbedder(FailingEmbedder):
 
 async def test_a_document_is_written_while_a_later_one_still_embeds(tmp_path, embedder) -> None:
     gated = GatedEmbedder(embedder, gate_on=2)
-    async with running_service(tmp_path / "kb.db", embedder=gated) as svc:
-        svc.app.ingestor._window = 2  # window 1 = first.md's one leaf + later.txt's first
+    # Window 1 = first.md's one leaf + later.txt's first.
+    async with running_service(tmp_path / "kb.db", embedder=gated, window=2) as svc:
         task = asyncio.ensure_future(
             svc.ingest(("first.md", b"Gulls."), ("later.txt", LONG_TEXT.encode()))
         )
@@ -164,8 +163,7 @@ async def test_a_large_document_is_written_in_pieces_before_its_commit(tmp_path,
     gated = GatedEmbedder(embedder, gate_on=3)  # windows 1 and 2 embed, window 3 is held
     async with running_service(tmp_path / "kb.db", embedder=embedder) as svc:
         await svc.ingest(("gulls.md", b"Gulls nest on the cliffs by the lighthouse."))
-    async with running_service(tmp_path / "kb.db", embedder=gated) as svc:
-        svc.app.ingestor._window = 4
+    async with running_service(tmp_path / "kb.db", embedder=gated, window=4) as svc:
         task = asyncio.ensure_future(svc.ingest(("tides.txt", LONG_TEXT.encode())))
         written: dict[int, int] = {}
         # Until both windows' rows are in the store: their leaves, and the L1s they complete,
@@ -195,8 +193,7 @@ async def test_a_large_document_is_written_in_pieces_before_its_commit(tmp_path,
 
 async def test_a_failing_embedder_ends_the_stream_with_unavailable(tmp_path, embedder) -> None:
     failing = FailingEmbedder(embedder, fail_on_batch=2)
-    async with running_service(tmp_path / "kb.db", embedder=failing) as svc:
-        svc.app.ingestor._window = 4
+    async with running_service(tmp_path / "kb.db", embedder=failing, window=4) as svc:
         received: list[retrieval_pb2.IngestEvent] = []
         with pytest.raises(grpc.aio.AioRpcError) as err:
             async for event in svc.stub.StreamIngestDocuments(

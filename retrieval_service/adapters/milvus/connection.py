@@ -194,11 +194,6 @@ class MilvusStore:
     def registry_collection(self) -> str:
         return f"{self._prefix}_documents"
 
-    def legacy_collections(self) -> list[str]:
-        """The names the unversioned layout used (before `LAYOUT_SUFFIX`)."""
-        base = self.config.collection
-        return [*(f"{base}_l{lvl}" for lvl in LEVELS), f"{base}_documents"]
-
     def all_collections(self) -> list[str]:
         return [*(self.level_collection(lvl) for lvl in LEVELS), self.registry_collection]
 
@@ -256,26 +251,7 @@ class MilvusStore:
                 "configure the embedder that built it (EMBEDDING_* / EMBEDDING_DIM)."
             )
 
-    def _warn_on_bm25_drift(self, client: Any, name: str) -> None:
-        """An existing leaf collection keeps the BM25 parameters it was built with; say so when
-        they differ from the configured ones (stores created before the nested-params fix
-        carry Lite's default k1 = 1.5)."""
-        got = schema.built_bm25_params(client.describe_index(name, "sparse"))
-        if got != self.config.bm25_params:
-            log.warning(
-                "collection %s scores BM25 with %s, configured %s; re-create it (new "
-                "MILVUS_COLLECTION or a fresh store) and re-ingest to apply the configured values",
-                name, got, self.config.bm25_params,
-            )  # fmt: skip
-
     def _ensure(self, client: Any) -> None:
-        legacy = [name for name in self.legacy_collections() if client.has_collection(name)]
-        if legacy:
-            log.warning(
-                "ignoring collections %s of the unversioned layout (not crash-safe); this "
-                "service uses %s. Re-ingest the documents, then drop the old collections",
-                legacy, self.all_collections(),
-            )  # fmt: skip
         wanted = [
             (
                 self.level_collection(level),
@@ -294,8 +270,6 @@ class MilvusStore:
         for name, expected, index_params in wanted:
             if client.has_collection(name):
                 self._check_existing(client, name, expected)
-                if name != self.registry_collection:
-                    self._warn_on_bm25_drift(client, name)
             else:
                 log.info("creating Milvus collection %s", name)
                 client.create_collection(name, schema=expected, index_params=index_params())

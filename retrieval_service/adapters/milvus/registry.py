@@ -208,9 +208,3 @@ class DocumentRegistry:
         entries = sorted(await self.full(keys), key=lambda e: e.filename)
         token = encode_page_token(entries[-1].filename) if more and entries else ""
         return DocumentPage(entries, token)
-
-    async def entries(self) -> list[DocumentEntry]:
-        """Every current document, sorted by filename (one scan of the registry)."""
-        current = current_of(await self.scan())
-        live = [k for k in current.values() if k.state == COMMITTED]
-        return sorted(await self.full(live), key=lambda e: e.filename)

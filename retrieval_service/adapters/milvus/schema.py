@@ -17,8 +17,6 @@ from shared.lexical import bm25_text
 # The analyser both Milvus Lite (jieba package) and real Milvus 2.5+ accept; it splits Chinese
 # into words and English on whitespace/punctuation.
 ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
-#: What a BM25 index without explicit parameters scores with (Milvus and Milvus Lite alike).
-BM25_DEFAULTS: dict[str, float] = {"bm25_k1": 1.5, "bm25_b": 0.75}
 #: The BM25 text of a row whose level recall does not search with BM25 (every level but
 #: LEAF_RETRIEVE_LEVEL's, unless BM25_ALL_LEVELS): a lone space, which the analyser reads as no
 #: terms at all. Milvus Lite's jieba analysis is most of an insert's cost and the parents
@@ -132,14 +130,6 @@ def registry_index_params(client: Any) -> Any:
     params = client.prepare_index_params()
     params.add_index(field_name="marker", index_type="FLAT", metric_type="L2")
     return params
-
-
-def built_bm25_params(index_description: dict[str, Any] | None) -> dict[str, float]:
-    """The BM25 parameters an existing sparse index scores with (Milvus flattens them into the
-    description, Lite nests them under "params"; absent = the engine's defaults)."""
-    index = index_description or {}
-    built = {**index, **(index.get("params") or {})}
-    return {key: float(built.get(key, default)) for key, default in BM25_DEFAULTS.items()}
 
 
 def _described_fields(description: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
