@@ -1,0 +1,97 @@
+"""A filter tree (`core.filters`) as a Milvus boolean expression over the chunk rows' fields.
+
+`to_milvus_expr(f) -> str` builds the expression from the tree alone: field names come from a
+fixed table, metadata keys and string literals are re-quoted from their parsed values, numbers
+are printed from Python numbers, so no text of the caller's filter reaches Milvus as written.
+Its meaning is `core.filters.matches` (tests/integration/test_filters_milvus.py runs one table
+through both).
+
+What Milvus's expression language gives, as measured on Milvus Lite 3.2 (whose parser follows
+the server's): string literals in double quotes take the escapes `\\" \\' \\\\ \\n \\r \\t` and
+reject a raw line break and `\\uXXXX`, so `quote` escapes those five characters and writes every
+other character (unicode, other control characters) as itself. A JSON key the row lacks makes a
+comparison null, which `not` keeps null; the compiled comparison is therefore guarded by
+`exists metadata["k"] and …`, which makes it false instead, as `matches` says.
+`json_contains(metadata["k"], v)` is true only for a list holding `v` (false for a scalar or a
+missing key), so "has" is `json_contains(...) or` scalar equality."""
+
+from __future__ import annotations
+
+import math
+
+from retrieval_service.core.filters import (
+    And,
+    Column,
+    Comparison,
+    Filter,
+    MetadataKey,
+    Not,
+    Op,
+    Value,
+)
+
+#: The chunk row field each filter column reads.
+COLUMN_FIELDS = {
+    "document_id": "document_id",
+    "filename": "filename",
+    "file_type": "file_type",
+    "ingest_time": "ingest_time",
+}
+#: The JSON field holding a chunk's document metadata.
+METADATA_FIELD = "metadata"
+
+_OPERATORS = {
+    Op.EQ: "==",
+    Op.NE: "!=",
+    Op.LT: "<",
+    Op.LE: "<=",
+    Op.GT: ">",
+    Op.GE: ">=",
+    Op.HAS: "==",
+}
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def to_milvus_expr(f: Filter) -> str:
+    """The Milvus expression admitting exactly the rows `core.filters.matches` admits. Every
+    part is parenthesised, so the result can be joined with other conditions as it is."""
+    if isinstance(f, Comparison):
+        return _comparison(f)
+    if isinstance(f, Not):
+        return f"(not {to_milvus_expr(f.operand)})"
+    joiner = " and " if isinstance(f, And) else " or "
+    return "(" + joiner.join(to_milvus_expr(operand) for operand in f.operands) + ")"
+
+
+def quote(value: str) -> str:
+    """A double-quoted Milvus string literal whose value is exactly `value`."""
+    return '"' + value.translate(_ESCAPES) + '"'
+
+
+def literal(value: Value) -> str:
+    """A Milvus literal for a filter value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):  # the parser never makes one; an expression must not carry it
+        raise ValueError("a filter number must be finite")
+    return repr(value)
+
+
+def _comparison(c: Comparison) -> str:
+    op = _OPERATORS[c.op]
+    value = literal(c.value)
+    if isinstance(c.field, Column):
+        return f"({COLUMN_FIELDS[c.field.name]} {op} {value})"
+    path = _path(c.field)
+    guarded = f"(exists {path} and {path} {op} {value})"
+    if c.op is Op.HAS:
+        return f"(json_contains({path}, {value}) or {guarded})"
+    return guarded
+
+
+def _path(key: MetadataKey) -> str:
+    return f"{METADATA_FIELD}[{quote(key.key)}]"
