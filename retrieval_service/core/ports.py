@@ -16,9 +16,22 @@ if TYPE_CHECKING:
     from retrieval_service.core.chunking import ChunkRecord, Page
     from retrieval_service.core.documents import DocumentEntry, DocumentPage, RecordKey
 
-#: A chunk as recall returns it: the fields of a stored chunk (chunk_id, version, text,
-#: filename, file_type, file_path, page_number, parent_chunk_id, root_chunk_id, chunk_level,
-#: chunk_idx), plus `score` on search hits and the rank/rerank fields added on the way out.
+#: The fields of a stored chunk that every read returns.
+CHUNK_FIELDS = (
+    "chunk_id",
+    "version",
+    "text",
+    "filename",
+    "file_type",
+    "file_path",
+    "page_number",
+    "parent_chunk_id",
+    "root_chunk_id",
+    "chunk_level",
+    "chunk_idx",
+)
+#: A chunk as recall returns it: its CHUNK_FIELDS, plus `score` on search hits and the
+#: rank/rerank fields added on the way out.
 Doc = dict[str, Any]
 #: `on_batch(done, total)`: called after each batch with the passages embedded so far.
 ProgressCallback = Callable[[int, int], None]

@@ -38,20 +38,6 @@ from retrieval_service.core.errors import StoreFailed, StoreUnavailable
 from retrieval_service.core.ports import Doc, StoredChunk
 from shared.lexical import bm25_text
 
-#: The fields of a stored chunk that recall returns (the Milvus schema's output fields).
-CHUNK_FIELDS = (
-    "chunk_id",
-    "version",
-    "text",
-    "filename",
-    "file_type",
-    "file_path",
-    "page_number",
-    "parent_chunk_id",
-    "root_chunk_id",
-    "chunk_level",
-    "chunk_idx",
-)
 # What the BM25 analyser reads as one term: a CJK character or a run of letters and digits.
 _TERM = re.compile(r"[\u4e00-\u9fff]|[^\W_]+", re.UNICODE)
 

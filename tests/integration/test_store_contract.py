@@ -30,11 +30,10 @@ from retrieval_service.core.documents import (
     encode_page_token,
     version_pk,
 )
-from retrieval_service.core.ports import ChunkRepository, StoredChunk
+from retrieval_service.core.ports import CHUNK_FIELDS, ChunkRepository, StoredChunk
 from retrieval_service.core.ports import DocumentRegistry as RegistryPort
 from shared.errors import InvalidArgument
 from tests.fakes.in_memory_store import (
-    CHUNK_FIELDS,
     InMemoryChunkRepository,
     InMemoryDocumentRegistry,
 )

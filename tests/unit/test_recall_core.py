@@ -14,14 +14,13 @@ from retrieval_service.core.chunking import ChunkRecord
 from retrieval_service.core.documents import COMMITTED, PENDING, TOMBSTONE, DocumentEntry
 from retrieval_service.core.errors import StoreFailed, StoreUnavailable
 from retrieval_service.core.meta import RetrievalMeta
-from retrieval_service.core.ports import Doc, RerankOutcome, StoredChunk
+from retrieval_service.core.ports import CHUNK_FIELDS, Doc, RerankOutcome, StoredChunk
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from shared.errors import InvalidArgument
 from shared.scores import effective_score
 from shared.trace_fields import RETRIEVAL_META_FIELD_NAMES
 from tests.fakes.hashing_embedder import HashingEmbedder
 from tests.fakes.in_memory_store import (
-    CHUNK_FIELDS,
     InMemoryChunkRepository,
     InMemoryDocumentRegistry,
 )

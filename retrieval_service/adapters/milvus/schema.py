@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from retrieval_service.core.ports import CHUNK_FIELDS
 from shared.lexical import bm25_text
 
 # The analyser both Milvus Lite (jieba package) and real Milvus 2.5+ accept; it splits Chinese
@@ -30,19 +31,7 @@ LAYOUT_SUFFIX = "_v2"
 VERSION_MAX = 64
 # A filename is at most 255 characters of at most 4 UTF-8 bytes, 2 hex digits each.
 REGISTRY_PK_MAX = 2 * 4 * 255 + 1 + VERSION_MAX
-OUTPUT_FIELDS = [
-    "chunk_id",
-    "version",
-    "text",
-    "filename",
-    "file_type",
-    "file_path",
-    "page_number",
-    "parent_chunk_id",
-    "root_chunk_id",
-    "chunk_level",
-    "chunk_idx",
-]
+OUTPUT_FIELDS = list(CHUNK_FIELDS)
 #: Everything a chunk row holds that a caller writes (the sparse field is the BM25 function's).
 WRITABLE_FIELDS = ["pk", *OUTPUT_FIELDS, "bm25_text", "dense"]
 REGISTRY_FIELDS = ["filename", "version", "state", "file_type", "pages", "page_counts"]
