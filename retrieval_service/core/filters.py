@@ -165,7 +165,7 @@ NUMBER: /-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?/
 %ignore /\s+/
 """
 
-_PARSER = Lark(_GRAMMAR, parser="lalr", lexer="contextual", propagate_positions=False)
+_PARSER = Lark(_GRAMMAR, parser="lalr", lexer="basic")
 
 # What each terminal is called in an error message.
 _NAMES = {
