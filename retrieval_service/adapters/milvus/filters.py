@@ -6,14 +6,16 @@ are printed from Python numbers, so no text of the caller's filter reaches Milvu
 Its meaning is `core.filters.matches` (tests/integration/test_filters_milvus.py runs one table
 through both).
 
-What Milvus's expression language gives, as measured on Milvus Lite 3.2 (whose parser follows
-the server's): string literals in double quotes take the escapes `\\" \\' \\\\ \\n \\r \\t` and
-reject a raw line break and `\\uXXXX`, so `quote` escapes those five characters and writes every
-other character (unicode, other control characters) as itself. A JSON key the row lacks makes a
-comparison null, which `not` keeps null; the compiled comparison is therefore guarded by
-`exists metadata["k"] and …`, which makes it false instead, as `matches` says.
+What Milvus's expression language gives (measured on Milvus Lite 3.2, whose filter parser is
+its own Python; the server's grammar, Plan.g4, reads the same literals): strings in double
+quotes take the escapes `\\" \\' \\\\ \\n \\r \\t`; a raw CR or LF ends the literal with an
+error and Milvus Lite rejects `\\uXXXX`, so `quote` escapes those five characters and writes
+every other character (unicode, other control characters) as itself. A JSON key the row lacks
+makes a comparison null, which `not` keeps null; the compiled comparison is therefore guarded
+by `exists metadata["k"] and …`, which makes it false instead, as `matches` says.
 `json_contains(metadata["k"], v)` is true only for a list holding `v` (false for a scalar or a
-missing key), so "has" is `json_contains(...) or` scalar equality."""
+missing key), so "has" is `json_contains(...) or` the guarded scalar equality. Numbers are
+printed as Python prints them (`3`, `-1.5`, `1e-07`, `1e+16`), which both grammars read."""
 
 from __future__ import annotations
 
