@@ -159,7 +159,7 @@ LPAR: "("
 RPAR: ")"
 OPERATOR: "<=" | ">=" | "!=" | "=" | "<" | ">" | ":"
 FIELD: /[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*/
-STRING: /"(?:[^"\\]|\\.)*"/ | /'(?:[^'\\]|\\.)*'/
+STRING: /"(?:[^"\\]|\\.)*"/s | /'(?:[^'\\]|\\.)*'/s
 NUMBER: /-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?/
 
 %ignore /\s+/
@@ -366,7 +366,8 @@ def _unquote(literal: str, start: int) -> str:
             i += 2
             continue
         if escape != "u":
-            _fail(f"unknown escape \\{escape}", column)
+            shown = escape if escape.isprintable() else f"U+{ord(escape):04X}"
+            _fail(f"unknown escape \\{shown}", column)
         code, i = _hex4(body, i, column)
         if 0xD800 <= code <= 0xDBFF:  # a high surrogate must pair with a low one
             if body[i : i + 2] == "\\u":

@@ -95,6 +95,7 @@ PARSES: list[tuple[str, Filter]] = [
     (r'filename = "\ud83d\ude00"', col("filename", "=", "😀")),
     ('filename = "日本語 😀"', col("filename", "=", "日本語 😀")),
     (r'filename = "\u0001"', col("filename", "=", "\x01")),
+    ('filename = "nul\x00"', col("filename", "=", "nul\x00")),
     ('filename = ") OR (1 = 1"', col("filename", "=", ") OR (1 = 1")),
     (
         'metadata.s = "AND OR NOT ( ) metadata.x = 1"',
@@ -178,6 +179,7 @@ ERRORS: list[tuple[str, str]] = [
     # literals
     (r'metadata.a = "\x41"', "unknown escape \\x at column 15"),
     (r'metadata.a = "ok\q"', "unknown escape \\q at column 17"),
+    ('filename = "a\\\nb"', "unknown escape \\U+000A at column 14"),
     (r'metadata.a = "\u12"', "\\u needs four hex digits at column 15"),
     (r'metadata.a = "\ud83d"', "unpaired surrogate escape at column 15"),
     (r'metadata.a = "\ude00"', "unpaired surrogate escape at column 15"),
@@ -460,6 +462,7 @@ CASES: list[tuple[str, set[str]]] = [
     ('filename = "日本語.md"', {"unicode"}),
     (r'metadata.note = "\u0001bell"', {"ctl"}),
     (r'filename = "ctl\u0001.txt"', {"ctl"}),
+    (r'metadata.note = "\u0000bell"', set()),
     (r'metadata.department = "sales\\"', set()),
 ]
 
