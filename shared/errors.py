@@ -26,6 +26,34 @@ class InvalidArgument(DomainError):
         self.field = field
 
 
+class NotFound(DomainError):
+    """The caller named a resource that does not exist (a knowledge base). The message starts
+    with the field that named it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class AlreadyExists(DomainError):
+    """The caller asked to create a resource that exists already. The message starts with the
+    field that named it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class FailedPrecondition(DomainError):
+    """The resource is not in a state the request can act on (a knowledge base that still holds
+    documents, the default knowledge base); the caller must change it first. The message starts
+    with the field that named it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
 class DependencyUnavailable(DomainError):
     """A downstream dependency (retrieval service, Milvus, model or embedding endpoint) cannot
     be reached."""

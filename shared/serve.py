@@ -17,14 +17,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shared.errors import (
+    AlreadyExists,
     ConfigurationError,
     DeadlineExceeded,
     DependencyRejected,
     DependencyUnavailable,
     DomainError,
+    FailedPrecondition,
     InternalFailure,
     InvalidArgument,
     ModelOutputInvalid,
+    NotFound,
     ResourceExhausted,
 )
 from shared.metrics import registry_for
@@ -50,6 +53,9 @@ _OPEN_PREFIXES = (f"/{HEALTH_SERVICE}/", f"/{REFLECTION_SERVICE}/")
 # itself is deliberately absent: an error raised without a meaning is treated as a bug.
 STATUS_FOR_ERROR: dict[type[DomainError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     DependencyUnavailable: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
