@@ -516,15 +516,21 @@ def test_literals_are_printed_from_their_values() -> None:
     ]
 
 
-def test_a_filter_compiles_to_a_guarded_expression() -> None:
+def test_a_filter_compiles_with_exists_guards_only_under_not() -> None:
     f = parse_filter(
-        'metadata.tags : "red" AND NOT (filename = "a" OR ingest_time < "1970-01-01T00:00:01Z")'
+        'metadata.tags : "red" AND '
+        'NOT (metadata.year > 2023 OR ingest_time < "1970-01-01T00:00:01Z")'
     )
     assert f is not None
     assert to_milvus_expr(f) == (
-        '((json_contains(metadata["tags"], "red") or '
-        '(exists metadata["tags"] and metadata["tags"] == "red")) and '
-        '(not ((filename == "a") or (ingest_time < 1000))))'
+        '((json_contains(metadata["tags"], "red") or (metadata["tags"] == "red")) and '
+        '(not ((exists metadata["year"] and metadata["year"] > 2023) or (ingest_time < 1000))))'
+    )
+    g = parse_filter('NOT (NOT metadata.a = 1) AND NOT metadata.t : "x"')
+    assert g is not None
+    assert to_milvus_expr(g) == (
+        '((not (not (metadata["a"] == 1))) and (not (json_contains(metadata["t"], "x") or '
+        '(exists metadata["t"] and metadata["t"] == "x"))))'
     )
 
 

@@ -11,8 +11,11 @@ its own Python; the server's grammar, Plan.g4, reads the same literals): strings
 quotes take the escapes `\\" \\' \\\\ \\n \\r \\t`; a raw CR or LF ends the literal with an
 error and Milvus Lite rejects `\\uXXXX`, so `quote` escapes those five characters and writes
 every other character (unicode, other control characters) as itself. A JSON key the row lacks
-makes a comparison null, which `not` keeps null; the compiled comparison is therefore guarded
-by `exists metadata["k"] and …`, which makes it false instead, as `matches` says.
+makes a comparison null, which `not` keeps null, where `matches` says false. Outside any NOT
+the two admit the same rows (AND and OR are monotone, and a row is admitted only when the
+whole is true), so a comparison is compiled as it is there, and guarded as
+`exists metadata["k"] and …` only under a NOT, where the guard costs Milvus Lite about a third
+more time per JSON comparison (20,000 rows, measured) but only there.
 `json_contains(metadata["k"], v)` is true only for a list holding `v` (false for a scalar or a
 missing key), so "has" is `json_contains(...) or` the guarded scalar equality. Numbers are
 printed as Python prints them (`3`, `-1.5`, `1e-07`, `1e+16`), which both grammars read."""
@@ -57,12 +60,16 @@ _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\
 def to_milvus_expr(f: Filter) -> str:
     """The Milvus expression admitting exactly the rows `core.filters.matches` admits. Every
     part is parenthesised, so the result can be joined with other conditions as it is."""
+    return _compile(f, negated=False)
+
+
+def _compile(f: Filter, negated: bool) -> str:
     if isinstance(f, Comparison):
-        return _comparison(f)
+        return _comparison(f, negated)
     if isinstance(f, Not):
-        return f"(not {to_milvus_expr(f.operand)})"
+        return f"(not {_compile(f.operand, not negated)})"
     joiner = " and " if isinstance(f, And) else " or "
-    return "(" + joiner.join(to_milvus_expr(operand) for operand in f.operands) + ")"
+    return "(" + joiner.join(_compile(operand, negated) for operand in f.operands) + ")"
 
 
 def quote(value: str) -> str:
@@ -83,16 +90,18 @@ def literal(value: Value) -> str:
     return repr(value)
 
 
-def _comparison(c: Comparison) -> str:
+def _comparison(c: Comparison, negated: bool) -> str:
     op = _OPERATORS[c.op]
     value = literal(c.value)
     if isinstance(c.field, Column):
         return f"({COLUMN_FIELDS[c.field.name]} {op} {value})"
     path = _path(c.field)
-    guarded = f"(exists {path} and {path} {op} {value})"
+    compared = f"{path} {op} {value}"
+    if negated:  # under NOT a missing key must be false, not null (see the module docstring)
+        compared = f"exists {path} and {compared}"
     if c.op is Op.HAS:
-        return f"(json_contains({path}, {value}) or {guarded})"
-    return guarded
+        return f"(json_contains({path}, {value}) or ({compared}))"
+    return f"({compared})"
 
 
 def _path(key: MetadataKey) -> str:
