@@ -10,10 +10,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrieval_service.adapters.milvus.filters import to_milvus_expr
 from retrieval_service.bootstrap import clear_milvus_env
-from retrieval_service.core.filters import matches, parse_filter
+from retrieval_service.core.filters import (
+    ORDERINGS,
+    And,
+    Column,
+    Comparison,
+    Filter,
+    MetadataKey,
+    Not,
+    Op,
+    Or,
+    matches,
+    parse_filter,
+)
 from tests.unit.test_filters import CASES, ROWS
 
 pytestmark = pytest.mark.integration
@@ -75,3 +89,62 @@ def test_a_compiled_filter_joins_other_conditions(client: Any) -> None:
         output_fields=["document_id"],
     )
     assert {hit["document_id"] for hit in hits} == {"a/notes.md", "numbers"}
+
+
+# Random trees over the table's own keys and values (and some it lacks), nested under NOT, AND
+# and OR: where the table's cases are chosen by hand, these find a combination nobody wrote.
+_VALUES = st.sampled_from(
+    [
+        "sales",
+        "研发",
+        "red",
+        "2023",
+        "it's",
+        'x" or 1==1',
+        "",
+        2023,
+        2024,
+        0,
+        3,
+        4.5,
+        -1.5,
+        True,
+        False,
+    ]
+)
+_KEYS = st.sampled_from(["department", "year", "tags", "public", "score", "count", "note", "nope"])
+
+
+@st.composite
+def _comparisons(draw: st.DrawFn) -> Comparison:
+    if draw(st.booleans()):
+        key = MetadataKey(draw(_KEYS))
+        value = draw(_VALUES)
+        ops = [op for op in Op if not (isinstance(value, bool) and op in ORDERINGS)]
+        return Comparison(key, draw(st.sampled_from(ops)), value)
+    column = draw(st.sampled_from(["document_id", "filename", "file_type", "ingest_time"]))
+    if column == "ingest_time":
+        value = draw(st.sampled_from([row["ingest_time"] for row in ROWS]))
+    else:
+        value = draw(st.sampled_from([row[column] for row in ROWS] + ["m", "txt"]))
+    return Comparison(Column(column), draw(st.sampled_from(list(Op))), value)
+
+
+_TREES: st.SearchStrategy[Filter] = st.recursive(
+    _comparisons(),
+    lambda inner: st.one_of(
+        inner.map(Not),
+        st.lists(inner, min_size=2, max_size=3).map(lambda fs: And(tuple(fs))),
+        st.lists(inner, min_size=2, max_size=3).map(lambda fs: Or(tuple(fs))),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(_TREES)
+def test_random_filters_admit_the_same_rows_in_milvus_and_matches(client: Any, f: Filter) -> None:
+    hits = client.query(COLLECTION, filter=to_milvus_expr(f), output_fields=["document_id"])
+    assert {hit["document_id"] for hit in hits} == {
+        row["document_id"] for row in ROWS if matches(f, row)
+    }
