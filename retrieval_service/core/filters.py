@@ -91,8 +91,6 @@ ORDERINGS: Final = frozenset({Op.LT, Op.LE, Op.GT, Op.GE})
 
 ColumnName: TypeAlias = Literal["document_id", "filename", "file_type", "ingest_time"]
 COLUMNS: Final[tuple[ColumnName, ...]] = ("document_id", "filename", "file_type", "ingest_time")
-#: The string-valued row columns; `ingest_time` is INT64 milliseconds.
-STRING_COLUMNS: Final = frozenset({"document_id", "filename", "file_type"})
 
 
 @dataclass(frozen=True, slots=True)
