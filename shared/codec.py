@@ -3,7 +3,9 @@ RagTrace, RetrievalMeta, Chunk, RetrievedChunk and HitlResumeState, driven by sh
 
 Presence round-trips exactly: a key is in the dict iff its proto field is set, and a list key
 maps to a wrapper message that is set even when empty. `rag_trace_from_proto(
-rag_trace_to_proto(t)) == t` for every normalised trace t. Converters are built once at import
+rag_trace_to_proto(t)) == t` for every normalised trace t. A Chunk's `metadata` (a Struct) is
+the one key where an empty value and absence are the same thing: `{}` is sent unset and decodes
+to no key. Converters are built once at import
 because the codec runs on every request.
 
 Unknown keys: the presence-shaped dicts (trace, retrieval meta, retrieved chunk) reject them with
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 from supermew.v1 import trace_pb2
 
@@ -173,7 +176,40 @@ def _fill_fixed(
             raise TraceFieldError(key, f"cannot encode {value!r} as {what}.{key}: {exc}") from exc
 
 
+def _set_struct(pb: Any, name: str, value: Any) -> None:
+    # An empty mapping is "none" (docs/trace.md#evidence-records): the field stays unset.
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    if value:
+        getattr(pb, name).update(value)
+
+
+def _plain(value: struct_pb2.Value) -> Any:
+    """A Struct value as plain JSON data. Struct numbers are doubles: a whole one comes back as
+    an int (a year stays 2023, not 2023.0) while it is exact."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = value.number_value
+        return int(number) if number.is_integer() and abs(number) <= 2**53 else number
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "list_value":
+        return [_plain(item) for item in value.list_value.values]
+    if kind == "struct_value":
+        return _struct_dict(value.struct_value)
+    return None
+
+
+def _struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    return {key: _plain(item) for key, item in struct.fields.items()}
+
+
 def _fixed_setter(spec: FieldSpec) -> _Setter:
+    if spec.kind is Kind.STRUCT:
+        name = spec.name
+        return lambda pb, value: _set_struct(pb, name, value)
     if spec.kind is Kind.STR_LIST:
         name = spec.name
 
@@ -193,9 +229,9 @@ _HITL_SETTERS: tuple[tuple[str, _Setter], ...] = tuple(
 
 
 def chunk_to_proto(chunk: Mapping[str, Any]) -> trace_pb2.Chunk:
-    """Encode a 16-key runtime evidence record (docs/trace.md#evidence-records). page_number may be
+    """Encode a 19-key runtime evidence record (docs/trace.md#evidence-records). page_number may be
     int or str; missing keys take the proto default; `id` / `rerank_score` stay unset when missing
-    or None; keys outside the 16 are ignored."""
+    or None, `metadata` also when empty; keys outside the 19 are ignored."""
     pb = trace_pb2.Chunk()
     _fill_fixed(pb, chunk, _CHUNK_SETTERS, "Chunk")
     return pb
@@ -265,6 +301,8 @@ def _fixed_getters(fields: tuple[FieldSpec, ...]) -> tuple[tuple[str, bool, _Get
         name = spec.name
         if spec.kind is Kind.STR_LIST:
             return lambda pb: list(getattr(pb, name))
+        if spec.kind is Kind.STRUCT:
+            return lambda pb: _struct_dict(getattr(pb, name))
         return lambda pb: getattr(pb, name)
 
     return tuple((spec.name, spec.optional, getter(spec)) for spec in fields)
@@ -275,8 +313,10 @@ _HITL_GETTERS = _fixed_getters(HITL_RESUME_STATE_FIELDS)
 
 
 def chunk_from_proto(pb: trace_pb2.Chunk) -> dict[str, Any]:
-    """Decode a runtime Chunk: the 14 plain keys always; `id` and `rerank_score` only when set
-    (a parent fetched by business id has no `id`; an unreranked chunk has no rerank_score)."""
+    """Decode a runtime Chunk: the 16 plain keys always; `id`, `rerank_score` and `metadata` only
+    when set (a parent fetched by business id has no `id`; an unreranked chunk has no
+    rerank_score; a document without metadata has none). `metadata` comes back as plain JSON
+    data, whole numbers as ints."""
     return {
         name: get(pb) for name, optional, get in _CHUNK_GETTERS if not optional or pb.HasField(name)
     }

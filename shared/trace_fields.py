@@ -21,6 +21,8 @@ class Kind(StrEnum):
     STR_LIST = "str_list"
     CHUNK_LIST = "chunk_list"
     TRACE_LIST = "trace_list"
+    #: A JSON object (google.protobuf.Struct): a document's metadata on a Chunk.
+    STRUCT = "struct"
 
 
 # Every int of the trace and of the 16-key Chunk is an int32 on the wire, except Chunk.id.
@@ -281,8 +283,9 @@ GRADE_FIELD_NAMES: tuple[str, ...] = (
     "hitl_options",
 )
 
-# The 16 runtime Chunk keys (docs/trace.md#evidence-records), in Chunk field-number order. Only `id`
-# and `rerank_score` may be absent; `page_number` is text on the wire (see shared.codec).
+# The 19 runtime Chunk keys (docs/trace.md#evidence-records), in Chunk field-number order. Only
+# `id`, `rerank_score` and `metadata` may be absent; `page_number` is text on the wire and
+# `metadata` a Struct, absent when the document has none (see shared.codec).
 CHUNK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("id", Kind.INT, optional=True),
     FieldSpec("filename", Kind.STR, optional=False),
@@ -300,6 +303,9 @@ CHUNK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("chunk_level", Kind.INT, optional=False),
     FieldSpec("merged_from_children", Kind.BOOL, optional=False),
     FieldSpec("merged_child_count", Kind.INT, optional=False),
+    FieldSpec("document_id", Kind.STR, optional=False),
+    FieldSpec("knowledge_base", Kind.STR, optional=False),
+    FieldSpec("metadata", Kind.STRUCT, optional=True),
 )
 
 # The 6 keys of the external evidence shape that survive normalisation

@@ -55,7 +55,9 @@ def chunk(
     filename: str, page: str, text: str, *, score: float = 0.5, rrf_rank: int = 1,
     chunk_id: str | None = None, rerank_score: float | None = None, **extra: Any,
 ) -> dict[str, Any]:  # fmt: skip
-    """A 16-key runtime chunk record, as `shared.codec.chunk_from_proto` decodes it."""
+    """A runtime chunk record, as `shared.codec.chunk_from_proto` decodes it: the 18 keys that
+    are always there, plus `rerank_score` / `metadata` when given. The document is the file in
+    the default knowledge base unless `document_id=` / `knowledge_base=` say otherwise."""
     record: dict[str, Any] = {
         "id": extra.pop("id", 1000 + rrf_rank),
         "filename": filename,
@@ -72,6 +74,8 @@ def chunk(
         "chunk_level": 3,
         "merged_from_children": False,
         "merged_child_count": 0,
+        "document_id": filename,
+        "knowledge_base": "knowledge_bases/default",
     }
     if rerank_score is not None:
         record["rerank_score"] = rerank_score

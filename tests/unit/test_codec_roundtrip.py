@@ -86,9 +86,19 @@ assert set(TRACE_FIELD_BY_NAME) == {s.name for s in SUB_TRACE_FIELDS} | {"sub_tr
 METAS = st.fixed_dictionaries({}, optional={s.name: scalar(s) for s in RETRIEVAL_META_FIELDS})
 
 
+# A document's metadata (docs/api.md#knowledge-bases): strings, numbers, booleans, lists of
+# strings. Never empty here: an empty one is no metadata, and decodes to no key.
+METADATA_VALUES = (
+    TEXT | st.integers(-(2**53), 2**53) | FLOATS | st.booleans() | st.lists(TEXT, max_size=3)
+)
+METADATA = st.dictionaries(st.text(min_size=1, max_size=8), METADATA_VALUES, min_size=1, max_size=4)
+
+
 def chunk_value(spec: FieldSpec) -> st.SearchStrategy[Any]:
     if spec.name == "id":
         return st.integers(INT64_MIN, INT64_MAX)
+    if spec.kind is Kind.STRUCT:
+        return METADATA
     return scalar(spec)
 
 
@@ -162,7 +172,31 @@ def test_chunk_to_proto_accepts_an_int_page_and_defaults_missing_keys() -> None:
         "chunk_level": 0,
         "merged_from_children": False,
         "merged_child_count": 0,
-    }  # a parent fetched by business id: no `id`; not reranked: no `rerank_score`
+        "document_id": "",
+        "knowledge_base": "",
+    }  # a parent fetched by business id: no `id`; not reranked: no `rerank_score`; no metadata
+
+
+def test_chunk_metadata_is_absent_when_empty_and_plain_json_otherwise() -> None:
+    base = {"filename": "a.md", "document_id": "hr/a.md", "knowledge_base": "knowledge_bases/hr"}
+
+    for empty in ({}, None):
+        pb = chunk_to_proto({**base, "metadata": empty})
+        assert not pb.HasField("metadata")
+        assert "metadata" not in chunk_from_proto(pb)
+
+    metadata = {"department": "sales", "year": 2023, "score": 0.5, "draft": False, "tags": ["a"]}
+    out = chunk_from_proto(chunk_to_proto({**base, "metadata": metadata}))
+    assert out["metadata"] == metadata
+    assert type(out["metadata"]["year"]) is int  # a Struct number is a double: 2023, not 2023.0
+    assert (out["document_id"], out["knowledge_base"]) == ("hr/a.md", "knowledge_bases/hr")
+
+
+def test_chunk_metadata_that_is_not_a_json_object_is_named() -> None:
+    for bad in (["a"], "x", {"k": {1, 2}}):
+        with pytest.raises(TraceFieldError) as info:
+            chunk_to_proto({"filename": "a.md", "metadata": bad})
+        assert info.value.field == "metadata"
 
 
 def test_hitl_state_from_proto_always_has_seven_keys() -> None:

@@ -29,6 +29,7 @@ SCALAR_TYPES = {
     Kind.INT: {FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64},
     Kind.FLOAT: {FieldDescriptor.TYPE_DOUBLE},
 }
+MESSAGES = {Kind.STRUCT: "google.protobuf.Struct"}
 WRAPPERS = {
     Kind.STR_LIST: "supermew.v1.StringList",
     Kind.CHUNK_LIST: "supermew.v1.RetrievedChunkList",
@@ -43,7 +44,7 @@ def test_catalogue_counts() -> None:
     assert {s.name for s in TRACE_FIELDS if s.group in "GHI"} == set(RETRIEVAL_META_FIELD_NAMES)
     assert len(set(GRADE_FIELD_NAMES)) == 10 and set(GRADE_FIELD_NAMES) <= set(TRACE_FIELD_NAMES)
     assert (len(CHUNK_FIELDS), len(RETRIEVED_CHUNK_FIELDS), len(HITL_RESUME_STATE_FIELDS)) == (
-        16,
+        19,
         6,
         7,
     )
@@ -70,6 +71,9 @@ def test_proto_field_names_and_kinds_equal_the_catalogue(
         field = descriptor.fields_by_name[spec.name]
         if spec.kind in WRAPPERS and descriptor.name != "HitlResumeState":
             assert field.message_type.full_name == WRAPPERS[spec.kind], spec.name
+        elif spec.kind in MESSAGES:
+            assert field.message_type.full_name == MESSAGES[spec.kind], spec.name
+            assert not field.is_repeated, spec.name
         elif spec.kind is Kind.STR_LIST:  # the snapshot's plan is a plain repeated string
             assert field.type == FieldDescriptor.TYPE_STRING
         else:

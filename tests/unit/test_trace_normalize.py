@@ -27,7 +27,7 @@ def lenient_keys() -> Iterator[None]:
 
 
 def runtime_chunk(n: int, *, filename: str = "handbook.pdf", page: int | str = 3) -> dict[str, Any]:
-    """A 16-key runtime evidence record as the retrieval service returns it
+    """A 19-key runtime evidence record as the retrieval service returns it
     (docs/trace.md#evidence-records)."""
     return {
         "id": 460000 + n,
@@ -46,6 +46,9 @@ def runtime_chunk(n: int, *, filename: str = "handbook.pdf", page: int | str = 3
         "chunk_level": 3,
         "merged_from_children": False,
         "merged_child_count": 0,
+        "document_id": f"manuals/{filename}",
+        "knowledge_base": "knowledge_bases/default",
+        "metadata": {"department": "hr", "year": 2024},
     }
 
 
