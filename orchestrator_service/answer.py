@@ -38,12 +38,14 @@ _CLAIM_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
 
 @dataclass(frozen=True, slots=True)
 class Citation:
-    """One cited doc: `index` is its 1-based position in the docs; `quote` is verbatim."""
+    """One cited doc: `index` is its 1-based position in the docs; `quote` is verbatim;
+    `document_id` is the doc's identity in its knowledge base (docs/api.md#knowledge-bases)."""
 
     index: int
     filename: str
     page_number: str
     quote: str
+    document_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +198,14 @@ def build_citations(text: str, docs: Sequence[Mapping[str, Any]]) -> tuple[Citat
             continue
         doc = docs[number - 1]
         page = doc.get("page_number")
+        filename = str(doc.get("filename") or "")
         citations[number] = Citation(
             index=number,
-            filename=str(doc.get("filename") or ""),
+            filename=filename,
             page_number="" if page is None else str(page),
             quote=choose_quote(claim, str(doc.get("text") or "")),
+            # A document ingested without an id is known by its file name.
+            document_id=str(doc.get("document_id") or filename),
         )
     return tuple(citations.values())
 

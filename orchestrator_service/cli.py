@@ -48,6 +48,7 @@ def answer_to_dict(answer: orchestrator_pb2.Answer) -> dict[str, Any]:
                 "filename": c.filename,
                 "page_number": c.page_number,
                 "quote": c.quote,
+                "document_id": c.document_id,
             }
             for c in answer.citations
         ],

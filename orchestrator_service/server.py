@@ -45,7 +45,11 @@ def answer_to_proto(answer: Answer) -> orchestrator_pb2.Answer:
         text=answer.text,
         citations=[
             orchestrator_pb2.Citation(
-                index=c.index, filename=c.filename, page_number=c.page_number, quote=c.quote
+                index=c.index,
+                filename=c.filename,
+                page_number=c.page_number,
+                quote=c.quote,
+                document_id=c.document_id,
             )
             for c in answer.citations
         ],

@@ -19,7 +19,9 @@ from tests.fakes.retrieval_servicer import RetrievalScript, chunk
 Q = "丹瑾是什么属性？"
 DOCS = [
     chunk("roles.md", "1", "# 角色\n丹瑾：衍射属性。她擅长近战。", rrf_rank=1),
-    chunk("lore.md", "3", "卡卡罗：导电属性。丹瑾来自今州。", rrf_rank=2),
+    chunk(
+        "lore.md", "3", "卡卡罗：导电属性。丹瑾来自今州。", rrf_rank=2, document_id="wiki/lore.md"
+    ),
 ]
 # [7] and [0] point outside the two docs; [2, 9] keeps only 2.
 RAW = "丹瑾是衍射属性[1][7]，擅长近战[1]。她来自今州[2, 9]。不存在的来源[0]。"
@@ -76,6 +78,8 @@ async def test_stream_run_emits_deltas_after_the_steps_and_before_the_one_result
         ]
         for citation in result.answer.citations:
             assert citation.quote in result.docs[citation.index - 1].text
+            assert citation.document_id == result.docs[citation.index - 1].document_id
+        assert [c.document_id for c in result.answer.citations] == ["roles.md", "wiki/lore.md"]
         assert (result.answer.model, result.answer.partial) == ("main-model", False)
         # The trace is untouched by the answer: nothing of it is in the trace.
         assert CLEAN not in str(result.rag_trace)

@@ -30,6 +30,7 @@ DOCS = [
         "filename": "loop.md",
         "page_number": "2",
         "text": "An event loop runs tasks. It is one thread.",
+        "document_id": "guides/async/loop.md",
     },
 ]
 
@@ -86,8 +87,9 @@ def test_quote_is_the_copied_sentence_or_the_closest_one() -> None:
 def test_citations_one_per_cited_doc_in_order_of_first_citation() -> None:
     text = "Loops run tasks [2]. 成年人每晚需要七到九小时[1]。One thread [2][1]."
     assert build_citations(text, DOCS) == (
-        Citation(2, "loop.md", "2", "An event loop runs tasks."),
-        Citation(1, "sleep.md", "1", "成年人每晚需要七到九小时。"),
+        Citation(2, "loop.md", "2", "An event loop runs tasks.", "guides/async/loop.md"),
+        # A doc without a document_id was ingested under its file name.
+        Citation(1, "sleep.md", "1", "成年人每晚需要七到九小时。", "sleep.md"),
     )
 
 
