@@ -1,7 +1,7 @@
 """The CLI (`python -m retrieval_service ingest|list|delete`) as a subprocess against the real
 service on real Milvus Lite: a folder with one bad file ingests the rest, names the bad file
-and exits non-zero; a second run reports replacements; `--json`, `--addr` and `--timeout`
-work for every command."""
+and exits non-zero; a second run of the same bytes reports them unchanged, of changed bytes
+replaced; `--json`, `--addr` and `--timeout` work for every command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.retrieval_harness import ASYNCIO_EN, SLEEP_ZH, running_service
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +59,10 @@ async def test_a_bad_file_fails_alone_by_name_and_the_exit_is_non_zero(tmp_path)
 
     assert rc_again == 1
     again = json.loads(out_again)
-    assert again["summary"] == {"ingested": 2, "new": 0, "replaced": 2, "failed": 1}
+    assert again["summary"] == {
+        "ingested": 2, "new": 0, "replaced": 0, "unchanged": 2, "failed": 1,
+    }  # fmt: skip
+    assert all(d["unchanged"] and d["content_sha256"] for d in again["ingested"])
     assert [f["filename"] for f in again["failed"]] == ["broken.pdf"]
     assert again["failed"][0]["reason"].startswith("INVALID_ARGUMENT: ")
     assert {d["filename"]: d["l3_chunks"] for d in again["ingested"]} == {
@@ -76,6 +83,7 @@ async def test_all_good_exits_zero_and_duplicate_names_fail_by_name(tmp_path) ->
     (two / "notes.md").write_text("A different file with the same name.", encoding="utf-8")
     async with running_service(tmp_path / "kb.db") as svc:
         rc_ok, out_ok, _ = await _cli(svc.port, "ingest", str(one / "notes.md"))
+        (one / "notes.md").write_text("Gulls nest on the cliffs in May.", encoding="utf-8")
         rc_dup, out_dup, _ = await _cli(svc.port, "ingest", str(one), str(two), "--json")
         rc_missing, _, err_missing = await _cli(svc.port, "ingest", str(tmp_path / "nowhere"))
         docs, _ = await svc.retrieve("where do gulls nest", top_k=1)
