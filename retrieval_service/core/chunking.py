@@ -169,13 +169,19 @@ def chunk_document(
     config: ChunkingConfig,
     *,
     file_path: str | None = None,
+    document_id: str | None = None,
 ) -> list[ChunkRecord]:
     """All chunks of a document, depth-first (L1, its L2s each followed by their L3s).
 
-    Ids are `{filename}::p{page}::l{level}::{n}` with one counter per (page, level). Counters
-    continue when two loader pages share a page number, so ids stay unique within a document
+    Ids are `{document_id}::p{page}::l{level}::{n}` (the document_id defaults to the
+    filename) with one counter per (page, level). Counters continue when two loader pages
+    share a page number, so ids stay unique within a document
     (docs/api.md#documents-and-chunks)."""
-    return list(iter_chunks(filename, file_type, pages, config, file_path=file_path))
+    return list(
+        iter_chunks(
+            filename, file_type, pages, config, file_path=file_path, document_id=document_id
+        )
+    )
 
 
 def iter_chunks(
@@ -185,17 +191,19 @@ def iter_chunks(
     config: ChunkingConfig,
     *,
     file_path: str | None = None,
+    document_id: str | None = None,
 ) -> Iterator[ChunkRecord]:
     """`chunk_document` one chunk at a time: what is held at once is one page's L1 pieces and
     one L1's L2 and L3 pieces, not the document's chunks (the ingest streams them)."""
     counters: dict[tuple[int, int], int] = {}
     emitted = 0
     path = file_path if file_path is not None else filename
+    prefix = document_id or filename
 
     def next_id(page: int, level: int) -> str:
         n = counters.get((page, level), 0)
         counters[(page, level)] = n + 1
-        return f"{filename}::p{page}::l{level}::{n}"
+        return f"{prefix}::p{page}::l{level}::{n}"
 
     def make(text: str, page: int, level: int, parent: str, root: str | None) -> ChunkRecord:
         nonlocal emitted

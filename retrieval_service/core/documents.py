@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from retrieval_service.core.identity import DEFAULT_KB, Metadata
 from shared.errors import InvalidArgument
 
 #: The three chunk levels: L1 ⊃ L2 ⊃ L3 (the leaves).
@@ -45,8 +46,12 @@ def version_age_seconds(version: str, now_ns: int | None = None) -> float:
 
 @dataclass(slots=True)
 class DocumentEntry:
-    """One registry record: one version of a document. `page_counts[page] = [l1, l2, l3]`
-    counts chunks per page and level, from which every chunk id is derived."""
+    """One registry record: one version of a document, keyed by (knowledge_base,
+    document_id, version). `page_counts[page] = [l1, l2, l3]` counts chunks per page and
+    level, from which every chunk id is derived. `document_id` "" means the filename;
+    `ingest_time` is epoch milliseconds; `fingerprint` says what the version was built from
+    (`unchanged` ingests compare it); a record of a store older than knowledge bases has no
+    content_sha256, size or fingerprint."""
 
     filename: str
     file_type: str
@@ -54,6 +59,21 @@ class DocumentEntry:
     page_counts: dict[str, list[int]] = field(default_factory=dict)
     version: str = ""
     state: int = COMMITTED
+    knowledge_base: str = DEFAULT_KB
+    document_id: str = ""
+    metadata: Metadata = field(default_factory=dict)
+    content_sha256: str = ""
+    size_bytes: int = 0
+    ingest_time: int = 0
+    fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.document_id:
+            self.document_id = self.filename
+
+    @property
+    def key(self) -> DocKey:
+        return (self.knowledge_base, self.document_id)
 
     def level_count(self, level: int) -> int:
         return sum(counts[level - 1] for counts in self.page_counts.values())
@@ -61,7 +81,7 @@ class DocumentEntry:
     def ids(self, level: int) -> list[str]:
         """The public chunk ids of this version on one level."""
         return [
-            f"{self.filename}::p{page}::l{level}::{n}"
+            f"{self.document_id}::p{page}::l{level}::{n}"
             for page, counts in self.page_counts.items()
             for n in range(counts[level - 1])
         ]
@@ -74,7 +94,9 @@ class DocumentEntry:
 @dataclass(frozen=True, slots=True)
 class IngestedDocument:
     """What an ingest reports of one document it committed (and the CLI of one file it sent):
-    its stored type, pages, chunks per level, and whether it replaced a current version."""
+    its stored type, pages, chunks per level, whether it replaced a current version, and
+    whether it was `unchanged` (nothing embedded or written: the counts are the stored
+    version's)."""
 
     filename: str
     file_type: str
@@ -83,15 +105,32 @@ class IngestedDocument:
     l2_chunks: int
     l3_chunks: int
     replaced: bool
+    document_id: str = ""
+    content_sha256: str = ""
+    unchanged: bool = False
+    knowledge_base: str = DEFAULT_KB
+
+
+#: A document's identity: (knowledge base name, document_id).
+DocKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class RecordKey:
     """What a registry scan reads of each record (no chunk counts)."""
 
-    filename: str
+    document_id: str
     version: str
     state: int
+    knowledge_base: str = DEFAULT_KB
+
+    @property
+    def key(self) -> DocKey:
+        return (self.knowledge_base, self.document_id)
+
+
+def record_key(entry: DocumentEntry) -> RecordKey:
+    return RecordKey(entry.document_id, entry.version, entry.state, entry.knowledge_base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,25 +139,26 @@ class DocumentPage:
     next_page_token: str
 
 
-def current_of(keys: Iterable[RecordKey]) -> dict[str, RecordKey]:
-    """Per filename, its greatest committed record (a tombstone included): the current one."""
-    out: dict[str, RecordKey] = {}
+def current_of(keys: Iterable[RecordKey]) -> dict[DocKey, RecordKey]:
+    """Per document (knowledge base, document_id), its greatest committed record (a tombstone
+    included): the current one."""
+    out: dict[DocKey, RecordKey] = {}
     for key in keys:
         if key.state == PENDING:
             continue
-        best = out.get(key.filename)
+        best = out.get(key.key)
         if best is None or key.version > best.version:
-            out[key.filename] = key
+            out[key.key] = key
     return out
 
 
-def encode_page_token(last_filename: str) -> str:
-    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last_filename).encode()).decode()
+def encode_page_token(last: str) -> str:
+    return base64.urlsafe_b64encode((_TOKEN_PREFIX + last).encode()).decode()
 
 
 def decode_page_token(token: str) -> str:
-    """The filename a page token continues after; INVALID_ARGUMENT for anything this service
-    did not issue."""
+    """The name (document_id or knowledge-base name) a page token continues after;
+    INVALID_ARGUMENT for anything this service did not issue."""
     try:
         text = base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
     except (UnicodeError, binascii.Error, ValueError):

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
     from retrieval_service.core.chunking import ChunkRecord, Page
     from retrieval_service.core.documents import DocumentEntry, DocumentPage, RecordKey
+    from retrieval_service.core.filters import Filter
+    from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
+
+from retrieval_service.core.identity import DEFAULT_KB, Metadata
 
 #: The fields of a stored chunk that every read returns.
 CHUNK_FIELDS = (
@@ -29,6 +33,10 @@ CHUNK_FIELDS = (
     "root_chunk_id",
     "chunk_level",
     "chunk_idx",
+    "knowledge_base",
+    "document_id",
+    "metadata",
+    "ingest_time",
 )
 #: A chunk as recall returns it: its CHUNK_FIELDS, plus `score` on search hits and the
 #: rank/rerank fields added on the way out.
@@ -48,6 +56,25 @@ class StoredChunk:
     vector: np.ndarray
     version: str
     analysed: bool = True
+    knowledge_base: str = DEFAULT_KB
+    #: "" means the chunk's filename.
+    document_id: str = ""
+    metadata: Metadata | None = None
+    #: Epoch milliseconds of the version's ingest.
+    ingest_time: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """What a search may return: chunks of these knowledge bases (full names) that `filter`
+    admits (None: every chunk of them)."""
+
+    knowledge_bases: tuple[str, ...] = (DEFAULT_KB,)
+    filter: Filter | None = None
+
+
+#: The default knowledge base, unfiltered.
+DEFAULT_SCOPE = SearchScope()
 
 
 class ChunkRepository(Protocol):
@@ -55,13 +82,21 @@ class ChunkRepository(Protocol):
     registry's business)."""
 
     async def hybrid_search(
-        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+        self,
+        level: int,
+        text: str,
+        vector: Sequence[float],
+        candidate_k: int,
+        scope: SearchScope = DEFAULT_SCOPE,
     ) -> list[Doc]:
-        """Dense + BM25 recall on one level, fused to at most `candidate_k` hits, best first."""
+        """Dense + BM25 recall on one level within `scope` (on each side), fused to at most
+        `candidate_k` hits, best first."""
         ...
 
-    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Doc]:
-        """Nearest chunks by inner product, best first."""
+    async def dense_search(
+        self, level: int, vector: Sequence[float], limit: int, scope: SearchScope = DEFAULT_SCOPE
+    ) -> list[Doc]:
+        """Nearest chunks within `scope` by inner product, best first."""
         ...
 
     async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Doc]:
@@ -74,8 +109,14 @@ class ChunkRepository(Protocol):
         """Deletes rows by `documents.version_pk(chunk_id, version)`; returns how many."""
         ...
 
-    async def delete_older(self, level: int, filename: str, version: str) -> int:
-        """Deletes every row of `filename` whose version sorts before `version`."""
+    async def delete_older(
+        self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
+    ) -> int:
+        """Deletes every row of one document whose version sorts before `version`."""
+        ...
+
+    async def delete_knowledge_base(self, level: int, knowledge_base: str) -> int:
+        """Deletes every row of one knowledge base on one level."""
         ...
 
     async def seal(self) -> None:
@@ -93,30 +134,58 @@ class DocumentRegistry(Protocol):
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None: ...
 
-    async def records(self, filename: str) -> list[DocumentEntry]:
-        """Every record of one document, any state."""
+    async def records(
+        self, document_id: str, knowledge_base: str = DEFAULT_KB
+    ) -> list[DocumentEntry]:
+        """Every record of one document, any state, oldest first."""
         ...
 
-    async def records_of(self, filenames: Iterable[str]) -> dict[str, list[DocumentEntry]]: ...
+    async def records_of(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, list[DocumentEntry]]:
+        """Every record of each named document of one knowledge base, by document_id."""
+        ...
 
-    async def get(self, filename: str) -> DocumentEntry | None:
+    async def get(self, document_id: str, knowledge_base: str = DEFAULT_KB) -> DocumentEntry | None:
         """The current (committed, not deleted) version of a document."""
         ...
 
-    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]:
-        """The current version of each named document; deleted or unknown ones are absent."""
+    async def current_versions(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, str]:
+        """The current version of each named document of one knowledge base, by document_id;
+        deleted or unknown ones are absent."""
         ...
 
-    async def scan(self) -> list[RecordKey]:
-        """The key of every record."""
+    async def scan(self, knowledge_base: str | None = None) -> list[RecordKey]:
+        """The key of every record (of one knowledge base, or of all)."""
         ...
 
     async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
         """The whole records of the given keys."""
         ...
 
-    async def page(self, page_size: int, page_token: str = "") -> DocumentPage:
-        """Current documents in filename order, `page_size` at a time."""
+    async def page(
+        self, page_size: int, page_token: str = "", knowledge_base: str = DEFAULT_KB
+    ) -> DocumentPage:
+        """Current documents of one knowledge base in document_id order, `page_size` at a
+        time."""
+        ...
+
+
+class KnowledgeBaseStore(Protocol):
+    """The knowledge-base records (`knowledge_bases.KnowledgeBaseRecord`), by name."""
+
+    async def put(self, record: KnowledgeBaseRecord) -> None:
+        """Inserts or replaces one record (atomic)."""
+        ...
+
+    async def get(self, name: str) -> KnowledgeBaseRecord | None: ...
+
+    async def remove(self, name: str) -> None: ...
+
+    async def all(self) -> list[KnowledgeBaseRecord]:
+        """Every record, any state, in name order."""
         ...
 
 

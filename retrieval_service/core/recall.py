@@ -14,6 +14,9 @@ from typing import Any, cast
 import numpy as np
 
 from retrieval_service.core.errors import STORE_FAILURES, EmbedderUnavailable
+from retrieval_service.core.filters import parse_filter
+from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.ingest.ingestor import Require, any_well_formed
 from retrieval_service.core.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
 from retrieval_service.core.meta import CandidateKSource, RetrievalMeta, RetrievalMode
 from retrieval_service.core.ports import (
@@ -22,6 +25,7 @@ from retrieval_service.core.ports import (
     Embedder,
     Reranker,
     RerankOutcome,
+    SearchScope,
 )
 from retrieval_service.metrics import STAGE, record_retrieve, record_threshold_dropped
 from shared.errors import InvalidArgument
@@ -84,6 +88,14 @@ def resolve_candidate_k(top_k: int, multiplier: int, raw: str | None) -> Candida
     return CandidatePool(max(explicit, top_k), "env", multiplier)
 
 
+def _kb(hit: Doc) -> str:
+    return str(hit.get("knowledge_base") or DEFAULT_KB)
+
+
+def _document_id(hit: Doc) -> str:
+    return str(hit.get("document_id") or hit.get("filename", ""))
+
+
 def passes_threshold(doc: Doc, min_score: float) -> bool:
     score = effective_score(doc)
     return min_score <= 0 if score is None else score >= min_score
@@ -111,10 +123,13 @@ class RetrievalPipeline:
         reranker: Reranker,
         config: RetrievalConfig,
         versions: DocumentRegistry,
+        require: Require = any_well_formed,
     ) -> None:
         """`versions`: the registry, asked for the current version of each recalled
-        document."""
+        document; `require`: resolves the knowledge bases a request names
+        (`KnowledgeBases.require`)."""
         self._store = store
+        self._require = require
         self._versions = versions
         self._embedder = embedder
         self._reranker = reranker
@@ -128,12 +143,34 @@ class RetrievalPipeline:
             raise InvalidArgument("top_k", f"must be within 1..100, got {top_k}")
         return top_k
 
+    async def scope(self, knowledge_bases: Sequence[str], filter_text: str) -> SearchScope:
+        """The knowledge bases (each `knowledge_bases[i]`: INVALID_ARGUMENT or NOT_FOUND;
+        none = the default) and the parsed filter (INVALID_ARGUMENT naming `filter`)."""
+        parsed = parse_filter(filter_text)
+        if not knowledge_bases:
+            return SearchScope((await self._require("", "knowledge_bases"),), parsed)
+        names = [
+            await self._require(text, f"knowledge_bases[{i}]")
+            for i, text in enumerate(knowledge_bases)
+        ]
+        return SearchScope(tuple(dict.fromkeys(names)), parsed)
+
     async def retrieve(
-        self, query: str, top_k: int | None = None, *, deadline: float | None = None
+        self,
+        query: str,
+        top_k: int | None = None,
+        *,
+        knowledge_bases: Sequence[str] = (),
+        filter_text: str = "",
+        deadline: float | None = None,
     ) -> RetrievalResult:
-        """`deadline` (a `time.monotonic()` instant) bounds the query embedding; past it,
-        DeadlineExceeded is raised rather than a `failed` answer nobody waits for."""
-        result = await self._retrieve(query, top_k, deadline)
+        """Recall within the named knowledge bases (none: the default) among the documents
+        `filter_text` admits. `deadline` (a `time.monotonic()` instant) bounds the query
+        embedding; past it, DeadlineExceeded is raised rather than a `failed` answer nobody
+        waits for."""
+        top_k = self._validate(query, top_k)
+        scope = await self.scope(knowledge_bases, filter_text)
+        result = await self._retrieve(query, top_k, scope, deadline)
         meta = result.meta
         record_retrieve(meta.retrieval_mode)
         annotate(
@@ -146,9 +183,8 @@ class RetrievalPipeline:
         return result
 
     async def _retrieve(
-        self, query: str, top_k: int | None, deadline: float | None
+        self, query: str, top_k: int, scope: SearchScope, deadline: float | None
     ) -> RetrievalResult:
-        top_k = self._validate(query, top_k)
         record_question(query)
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
@@ -164,7 +200,7 @@ class RetrievalPipeline:
         try:
             with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="hybrid"):
                 hits = await self._current_only(
-                    lambda k: self._store.hybrid_search(cfg.leaf_level, query, vector, k),
+                    lambda k: self._store.hybrid_search(cfg.leaf_level, query, vector, k, scope),
                     pool.candidate_k,
                 )
             return await self._finalize(query, hits, top_k, "hybrid", pool)
@@ -174,7 +210,8 @@ class RetrievalPipeline:
         try:
             with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="dense"):
                 hits = await self._current_only(
-                    lambda k: self._store.dense_search(cfg.leaf_level, vector, k), pool.candidate_k
+                    lambda k: self._store.dense_search(cfg.leaf_level, vector, k, scope),
+                    pool.candidate_k,
                 )
             return await self._finalize(query, hits, top_k, "dense_fallback", pool)
         except STORE_FAILURES:
@@ -189,13 +226,23 @@ class RetrievalPipeline:
         ingest in flight) does a recall come back short; it is then asked once for twice as
         many, so the pool stays full."""
         hits = await recall(candidate_k)
-        current = await self._versions.current_versions(h.get("filename", "") for h in hits)
-        kept = [h for h in hits if current.get(h.get("filename", "")) == h.get("version")]
+        kept = await self._current(hits)
         if len(kept) < len(hits) and len(hits) >= candidate_k:
             hits = await recall(2 * candidate_k)
-            current = await self._versions.current_versions(h.get("filename", "") for h in hits)
-            kept = [h for h in hits if current.get(h.get("filename", "")) == h.get("version")]
+            kept = await self._current(hits)
         return kept[:candidate_k]
+
+    async def _current(self, hits: list[Doc]) -> list[Doc]:
+        """The hits of current versions, keyed by (knowledge base, document_id): one registry
+        query per knowledge base among them."""
+        by_kb: dict[str, set[str]] = {}
+        for h in hits:
+            by_kb.setdefault(_kb(h), set()).add(_document_id(h))
+        current: dict[tuple[str, str], str] = {}
+        for kb, ids in by_kb.items():
+            for document_id, version in (await self._versions.current_versions(ids, kb)).items():
+                current[(kb, document_id)] = version
+        return [h for h in hits if current.get((_kb(h), _document_id(h))) == h.get("version")]
 
     async def _merge(self, docs: list[Doc]) -> MergeOutcome:
         cfg = self.config

@@ -2,7 +2,9 @@
 repository and a document registry that behave as the Milvus adapters do (rows keyed by
 `version_pk`, hits carrying the stored fields and `score`, dense recall by inner product,
 hybrid recall fusing dense and BM25 rankings with RRF, registry pages in filename order with
-the service's page tokens). `tests/integration/test_store_contract.py` runs one suite against
+the service's page tokens, searches within a `SearchScope` whose filter means what
+`core.filters.matches` says) and the knowledge-base records.
+`tests/integration/test_store_contract.py` runs one suite against
 these and against Milvus Lite, so they cannot drift apart.
 
 Failures are a behaviour of the fakes, not a patch: `faults.fail_next("hybrid_search")` makes
@@ -32,10 +34,14 @@ from retrieval_service.core.documents import (
     current_of,
     decode_page_token,
     encode_page_token,
+    record_key,
     version_pk,
 )
 from retrieval_service.core.errors import StoreFailed, StoreUnavailable
-from retrieval_service.core.ports import Doc, StoredChunk
+from retrieval_service.core.filters import matches
+from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
+from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
 from shared.lexical import bm25_text
 
 # What the BM25 analyser reads as one term: a CJK character or a run of letters and digits.
@@ -151,17 +157,31 @@ class InMemoryChunkRepository:
 
     # ---- recall --------------------------------------------------------------------------
 
-    def _dense(self, level: int, query: np.ndarray, limit: int) -> list[tuple[str, float]]:
+    def _scoped(self, level: int, scope: SearchScope) -> dict[str, _Row]:
+        return {
+            pk: row
+            for pk, row in self._rows(level).items()
+            if row.fields["knowledge_base"] in scope.knowledge_bases
+            and (scope.filter is None or matches(scope.filter, row.fields))
+        }
+
+    def _dense(
+        self, level: int, query: np.ndarray, limit: int, scope: SearchScope
+    ) -> list[tuple[str, float]]:
         scored = [
             (pk, float(np.dot(row.vector, query)))
-            for pk, row in self._rows(level).items()
+            for pk, row in self._scoped(level, scope).items()
             if row.vector.shape == query.shape
         ]
         scored.sort(key=lambda item: -item[1])
         return scored[:limit]
 
-    def _bm25(self, level: int, text: str, limit: int) -> list[tuple[str, float]]:
-        rows = self._rows(level)
+    def _bm25(
+        self, level: int, text: str, limit: int, scope: SearchScope
+    ) -> list[tuple[str, float]]:
+        # BM25 statistics over the scanned rows: Milvus scores within the partitions and
+        # rows a search reads.
+        rows = self._scoped(level, scope)
         query = set(terms(bm25_text(text)))
         if not rows or not query:
             return []
@@ -187,21 +207,32 @@ class InMemoryChunkRepository:
         return {**self._rows(level)[pk].fields, "score": score}
 
     async def hybrid_search(
-        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+        self,
+        level: int,
+        text: str,
+        vector: Sequence[float],
+        candidate_k: int,
+        scope: SearchScope = DEFAULT_SCOPE,
     ) -> list[Doc]:
         await self._enter("hybrid_search")
         query = self._query(vector)
         depth = self.recall_depth * candidate_k
         fused: dict[str, float] = {}
-        for ranking in (self._dense(level, query, depth), self._bm25(level, text, depth)):
+        rankings = (
+            self._dense(level, query, depth, scope),
+            self._bm25(level, text, depth, scope),
+        )
+        for ranking in rankings:
             for rank, (pk, _) in enumerate(ranking, start=1):
                 fused[pk] = fused.get(pk, 0.0) + 1.0 / (self.rrf_k + rank)
         best = sorted(fused.items(), key=lambda item: -item[1])[:candidate_k]
         return [self._hit(level, pk, score) for pk, score in best]
 
-    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Doc]:
+    async def dense_search(
+        self, level: int, vector: Sequence[float], limit: int, scope: SearchScope = DEFAULT_SCOPE
+    ) -> list[Doc]:
         await self._enter("dense_search")
-        found = self._dense(level, self._query(vector), limit)
+        found = self._dense(level, self._query(vector), limit, scope)
         return [self._hit(level, pk, score) for pk, score in found]
 
     async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Doc]:
@@ -238,6 +269,10 @@ class InMemoryChunkRepository:
                 "root_chunk_id": c.root_chunk_id,
                 "chunk_level": c.chunk_level,
                 "chunk_idx": c.chunk_idx,
+                "knowledge_base": chunk.knowledge_base,
+                "document_id": chunk.document_id or c.filename,
+                "metadata": copy.deepcopy(chunk.metadata or {}),
+                "ingest_time": chunk.ingest_time,
             }
             analysed = Counter(terms(bm25_text(c.embedded_text))) if chunk.analysed else Counter()
             staged[version_pk(c.chunk_id, chunk.version)] = _Row(fields, vector.copy(), analysed)
@@ -253,14 +288,26 @@ class InMemoryChunkRepository:
             rows.pop(pk, None)
         return len(keys)
 
-    async def delete_older(self, level: int, filename: str, version: str) -> int:
+    async def delete_older(
+        self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
+    ) -> int:
         await self._enter("delete_older")
         rows = self._rows(level)
         doomed = [
             pk
             for pk, row in rows.items()
-            if row.fields["filename"] == filename and row.fields["version"] < version
+            if row.fields["document_id"] == document_id
+            and row.fields["knowledge_base"] == knowledge_base
+            and row.fields["version"] < version
         ]
+        for pk in doomed:
+            del rows[pk]
+        return len(doomed)
+
+    async def delete_knowledge_base(self, level: int, knowledge_base: str) -> int:
+        await self._enter("delete_knowledge_base")
+        rows = self._rows(level)
+        doomed = [pk for pk, row in rows.items() if row.fields["knowledge_base"] == knowledge_base]
         for pk in doomed:
             del rows[pk]
         return len(doomed)
@@ -284,12 +331,12 @@ class InMemoryChunkRepository:
 
 
 class InMemoryDocumentRegistry:
-    """`core.ports.DocumentRegistry` in memory: one record per (filename, version). Reads
-    return copies, as a round trip through the store would."""
+    """`core.ports.DocumentRegistry` in memory: one record per (knowledge base, document_id,
+    version). Reads return copies, as a round trip through the store would."""
 
     def __init__(self) -> None:
         self.faults = Faults()
-        self._records: dict[tuple[str, str], DocumentEntry] = {}
+        self._records: dict[tuple[str, str, str], DocumentEntry] = {}
 
     async def _enter(self, method: str) -> None:
         await asyncio.sleep(0)
@@ -297,13 +344,23 @@ class InMemoryDocumentRegistry:
 
     @staticmethod
     def _copy(entry: DocumentEntry) -> DocumentEntry:
-        return replace(entry, page_counts=copy.deepcopy(entry.page_counts))
+        return replace(
+            entry,
+            page_counts=copy.deepcopy(entry.page_counts),
+            metadata=copy.deepcopy(entry.metadata),
+        )
 
-    def _keys(self) -> list[RecordKey]:
-        # Key order of the Milvus registry: filename (UTF-8 byte order), then version.
+    @staticmethod
+    def _pk(entry: DocumentEntry | RecordKey) -> tuple[str, str, str]:
+        return (entry.knowledge_base, entry.document_id, entry.version)
+
+    def _keys(self, knowledge_base: str | None = None) -> list[RecordKey]:
+        # Key order of the Milvus registry: knowledge base, document_id (UTF-8 byte order),
+        # then version.
         return [
-            RecordKey(e.filename, e.version, e.state)
-            for _, e in sorted(self._records.items(), key=lambda item: item[0])
+            record_key(e)
+            for pk, e in sorted(self._records.items(), key=lambda item: item[0])
+            if knowledge_base is None or pk[0] == knowledge_base
         ]
 
     # ---- writes ----------------------------------------------------------------------------
@@ -311,70 +368,110 @@ class InMemoryDocumentRegistry:
     async def put(self, *entries: DocumentEntry) -> None:
         await self._enter("put")
         for entry in entries:
-            self._records[(entry.filename, entry.version)] = self._copy(entry)
+            self._records[self._pk(entry)] = self._copy(entry)
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
         await self._enter("remove")
         for entry in list(entries):
-            self._records.pop((entry.filename, entry.version), None)
+            self._records.pop(self._pk(entry), None)
 
     # ---- reads -----------------------------------------------------------------------------
 
-    def _of(self, filename: str) -> list[DocumentEntry]:
-        found = [e for (name, _), e in self._records.items() if name == filename]
+    def _of(self, document_id: str, knowledge_base: str) -> list[DocumentEntry]:
+        found = [
+            e
+            for (kb, doc, _), e in self._records.items()
+            if kb == knowledge_base and doc == document_id
+        ]
         return [self._copy(e) for e in sorted(found, key=lambda e: e.version)]
 
-    async def records(self, filename: str) -> list[DocumentEntry]:
+    async def records(
+        self, document_id: str, knowledge_base: str = DEFAULT_KB
+    ) -> list[DocumentEntry]:
         """Every record of one document (pending ones included), oldest first."""
         await self._enter("records")
-        return self._of(filename)
+        return self._of(document_id, knowledge_base)
 
-    async def records_of(self, filenames: Iterable[str]) -> dict[str, list[DocumentEntry]]:
+    async def records_of(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, list[DocumentEntry]]:
         await self._enter("records_of")
         out: dict[str, list[DocumentEntry]] = {}
-        for name in sorted(set(filenames)):
-            if found := self._of(name):
+        for name in sorted(set(document_ids)):
+            if found := self._of(name, knowledge_base):
                 out[name] = found
         return out
 
-    async def get(self, filename: str) -> DocumentEntry | None:
+    async def get(self, document_id: str, knowledge_base: str = DEFAULT_KB) -> DocumentEntry | None:
         await self._enter("get")
-        records = self._of(filename)
-        key = current_of(RecordKey(e.filename, e.version, e.state) for e in records).get(filename)
+        records = self._of(document_id, knowledge_base)
+        key = current_of(record_key(e) for e in records).get((knowledge_base, document_id))
         if key is None or key.state == TOMBSTONE:
             return None
         return next(e for e in records if e.version == key.version)
 
-    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]:
+    async def current_versions(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, str]:
         await self._enter("current_versions")
-        names = set(filenames)
-        current = current_of(k for k in self._keys() if k.filename in names)
-        return {name: k.version for name, k in current.items() if k.state == COMMITTED}
+        names = set(document_ids)
+        current = current_of(k for k in self._keys(knowledge_base) if k.document_id in names)
+        return {doc: k.version for (_, doc), k in current.items() if k.state == COMMITTED}
 
-    async def scan(self) -> list[RecordKey]:
+    async def scan(self, knowledge_base: str | None = None) -> list[RecordKey]:
         await self._enter("scan")
-        return self._keys()
+        return self._keys(knowledge_base)
 
     async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
         await self._enter("full")
-        found = (self._records.get((k.filename, k.version)) for k in keys)
+        found = (self._records.get(self._pk(k)) for k in keys)
         return [self._copy(e) for e in found if e is not None]
 
-    async def page(self, page_size: int, page_token: str = "") -> DocumentPage:
+    async def page(
+        self, page_size: int, page_token: str = "", knowledge_base: str = DEFAULT_KB
+    ) -> DocumentPage:
         await self._enter("page")
         after = decode_page_token(page_token) if page_token else ""
-        current = current_of(k for k in self._keys() if k.state != PENDING)
+        current = current_of(k for k in self._keys(knowledge_base) if k.state != PENDING)
         live = sorted(
-            (k for k in current.values() if k.state == COMMITTED and k.filename > after),
-            key=lambda k: k.filename,
+            (k for k in current.values() if k.state == COMMITTED and k.document_id > after),
+            key=lambda k: k.document_id.encode(),
         )
-        entries = [self._copy(self._records[(k.filename, k.version)]) for k in live[:page_size]]
+        entries = [self._copy(self._records[self._pk(k)]) for k in live[:page_size]]
         more = len(live) > page_size
-        token = encode_page_token(entries[-1].filename) if more and entries else ""
+        token = encode_page_token(entries[-1].document_id) if more and entries else ""
         return DocumentPage(entries, token)
 
     # ---- inspection (tests only) -----------------------------------------------------------
 
     def entries(self) -> list[DocumentEntry]:
         """Every record, any state, in key order."""
-        return [self._copy(self._records[(k.filename, k.version)]) for k in self._keys()]
+        return [self._copy(self._records[self._pk(k)]) for k in self._keys()]
+
+
+class InMemoryKnowledgeBaseStore:
+    """`core.ports.KnowledgeBaseStore` in memory."""
+
+    def __init__(self) -> None:
+        self.faults = Faults()
+        self._records: dict[str, KnowledgeBaseRecord] = {}
+
+    async def _enter(self, method: str) -> None:
+        await asyncio.sleep(0)
+        self.faults.enter(method)
+
+    async def put(self, record: KnowledgeBaseRecord) -> None:
+        await self._enter("put")
+        self._records[record.name] = record
+
+    async def get(self, name: str) -> KnowledgeBaseRecord | None:
+        await self._enter("get")
+        return self._records.get(name)
+
+    async def remove(self, name: str) -> None:
+        await self._enter("remove")
+        self._records.pop(name, None)
+
+    async def all(self) -> list[KnowledgeBaseRecord]:
+        await self._enter("all")
+        return [self._records[name] for name in sorted(self._records)]

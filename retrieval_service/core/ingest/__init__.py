@@ -7,10 +7,16 @@ from retrieval_service.core.documents import IngestedDocument
 from retrieval_service.core.ingest.flow import IngestEvent, IngestProgress, IngestResult
 from retrieval_service.core.ingest.ingestor import Ingestor
 from retrieval_service.core.ingest.validation import SourceDocument, validate_filename
-from retrieval_service.core.ingest.versions import CRASH_POINTS, Checkpoint, no_checkpoint
+from retrieval_service.core.ingest.versions import (
+    CRASH_POINTS,
+    KB_DELETE_CRASH_POINTS,
+    Checkpoint,
+    no_checkpoint,
+)
 
 __all__ = [
     "CRASH_POINTS",
+    "KB_DELETE_CRASH_POINTS",
     "Checkpoint",
     "IngestEvent",
     "IngestProgress",

@@ -28,6 +28,7 @@ class IngestProgress:
     leaves_done: int
     leaves_total: int
     elapsed_ms: int
+    document_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +75,11 @@ class ProgressCounter:
     embed and end at its total."""
 
     def __init__(self, prepared: Sequence[Prepared], sink: ProgressSink, started: float) -> None:
-        self._docs: list[tuple[str, int, int]] = []
+        self._docs: list[tuple[str, str, int, int]] = []
         offset = 0
         for p in prepared:
             n = p.leaf_count
-            self._docs.append((p.filename, offset, n))
+            self._docs.append((p.filename, p.document_id or p.filename, offset, n))
             offset += n
         self._sink = sink
         self._started = started
@@ -87,7 +88,7 @@ class ProgressCounter:
 
     def advance(self, done: int, _total: int = 0) -> None:
         for i in range(self._first, len(self._docs)):
-            name, start, n = self._docs[i]
+            name, document_id, start, n = self._docs[i]
             if start > done:
                 break
             value = min(done - start, n)
@@ -97,7 +98,7 @@ class ProgressCounter:
                 if report != self._reported[i]:
                     self._reported[i] = report
                     elapsed = int((time.monotonic() - self._started) * 1000)
-                    self._sink(IngestProgress(name, report, n, elapsed))
+                    self._sink(IngestProgress(name, report, n, elapsed, document_id))
             if value == n:
                 self._first = i + 1
 
@@ -150,7 +151,7 @@ class ProgressEvents:
         self._changed = asyncio.Event()
 
     def hear(self, event: IngestProgress) -> None:
-        self._pending[event.filename] = event
+        self._pending[event.document_id or event.filename] = event
         self._changed.set()
 
     async def follow(

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord
-from retrieval_service.core.documents import LEVELS, DocumentPage, IngestedDocument
+from retrieval_service.core.documents import (
+    COMMITTED,
+    LEVELS,
+    DocumentEntry,
+    DocumentPage,
+    IngestedDocument,
+    current_of,
+    record_key,
+)
 from retrieval_service.core.embedding import embed_windows
 from retrieval_service.core.errors import EmbedderUnavailable
 from retrieval_service.core.file_types import resolve_file_type
+from retrieval_service.core.identity import Metadata, canonical_json, check_metadata, kb_name
 from retrieval_service.core.ingest.flow import (
     HEARTBEAT_SECONDS,
     MAX_FLUSH_LEAVES,
@@ -60,6 +71,29 @@ from shared.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
+#: `require(text, field)`: the full name of the existing knowledge base a request names
+#: (`KnowledgeBases.require`); NOT_FOUND or INVALID_ARGUMENT naming `field` otherwise.
+Require = Callable[[str, str], Awaitable[str]]
+
+
+async def any_well_formed(text: str, field: str) -> str:
+    """A `Require` that checks the name's form only (cores built without knowledge bases)."""
+    return kb_name(text, field)
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    """A validated document before it is parsed: its identity and fingerprint (what its
+    version is built from: content, metadata, file name and type, chunking, embedder)."""
+
+    index: int
+    source: SourceDocument
+    file_type: str
+    document_id: str
+    metadata: Metadata
+    content_sha256: str
+    fingerprint: str
+
 
 class Ingestor:
     """IngestDocuments, StreamIngestDocuments, DeleteDocuments and ListDocuments on the two
@@ -78,6 +112,7 @@ class Ingestor:
         window: int | None = None,
         checkpoint: Checkpoint = no_checkpoint,
         bm25_levels: Iterable[int] = LEVELS,
+        require: Require = any_well_formed,
     ) -> None:
         """`load_pages` turns a document's bytes into pages; `window`: texts per embedding
         window (default `embedding_window(embedder)`); `bm25_levels`: the levels whose chunks
@@ -91,24 +126,70 @@ class Ingestor:
         self._max_bytes = max_document_bytes
         self._window = window or embedding_window(embedder)
         self._versions = VersionProtocol(chunks, registry, checkpoint)
+        self._require = require
+        # What every version's fingerprint includes besides the document itself.
+        self._settings = [repr(chunking), embedder.name, embedder.dim]
         # One writer per process at a time; across processes, versions order the writers.
         self._lock = asyncio.Lock()
 
     # ---- ingest ---------------------------------------------------------------------------
 
-    def _versions_of(self, documents: Sequence[SourceDocument]) -> list[Version]:
-        return [Version(self._parse(i, d)) for i, d in enumerate(documents)]
-
-    def _parse(self, index: int, doc: SourceDocument) -> Prepared:
+    def _identify(self, index: int, doc: SourceDocument) -> Identified:
         prefix = f"documents[{index}]"
         validate_filename(doc.filename, f"{prefix}.filename")
         file_type = resolve_file_type(doc.filename, doc.file_type, f"{prefix}.file_type")
         check_content(doc, f"{prefix}.content", self._max_bytes)
-        pages = self._load_pages(doc.content, file_type, f"{prefix}.content", doc.filename)
-        prepared = Prepared.of(doc.filename, file_type, pages, self._chunking)
+        metadata = check_metadata(doc.metadata, f"{prefix}.metadata")
+        sha = hashlib.sha256(doc.content).hexdigest()
+        made_of = [sha, metadata, doc.filename, file_type, *self._settings]
+        fingerprint = hashlib.sha256(canonical_json(made_of).encode()).hexdigest()
+        document_id = doc.document_id if doc.document_id is not None else doc.filename
+        return Identified(index, doc, file_type, document_id, metadata, sha, fingerprint)
+
+    def _identify_all(self, documents: Sequence[SourceDocument]) -> list[Identified]:
+        return [self._identify(i, d) for i, d in enumerate(documents)]
+
+    def _parse_all(
+        self, docs: list[Identified], knowledge_base: str, skipped: set[int]
+    ) -> list[Version]:
+        return [self._parse(d, knowledge_base) for d in docs if d.index not in skipped]
+
+    def _parse(self, doc: Identified, knowledge_base: str) -> Version:
+        source = doc.source
+        field = f"documents[{doc.index}].content"
+        pages = self._load_pages(source.content, doc.file_type, field, source.filename)
+        prepared = Prepared.of(
+            source.filename,
+            doc.file_type,
+            pages,
+            self._chunking,
+            knowledge_base=knowledge_base,
+            document_id=doc.document_id,
+            metadata=doc.metadata,
+            content_sha256=doc.content_sha256,
+            size_bytes=len(source.content),
+            fingerprint=doc.fingerprint,
+        )
         if not prepared.leaf_count:
-            raise InvalidArgument(f"{prefix}.content", "no text could be extracted")
-        return prepared
+            raise InvalidArgument(field, "no text could be extracted")
+        return Version(prepared, doc.index)
+
+    async def _unchanged(
+        self, docs: list[Identified], knowledge_base: str
+    ) -> dict[int, IngestedDocument]:
+        """The documents whose current version has the same fingerprint, reported from their
+        stored records (nothing to embed or write), by request index."""
+        records = await self._registry.records_of([d.document_id for d in docs], knowledge_base)
+        out: dict[int, IngestedDocument] = {}
+        for d in docs:
+            mine = records.get(d.document_id, [])
+            key = current_of(record_key(r) for r in mine).get((knowledge_base, d.document_id))
+            if key is None or key.state != COMMITTED:
+                continue
+            current = next(r for r in mine if r.version == key.version)
+            if current.fingerprint and current.fingerprint == d.fingerprint:
+                out[d.index] = _unchanged_report(current)
+        return out
 
     async def _embed(
         self,
@@ -154,7 +235,7 @@ class Ingestor:
                 await handover.put(window, len(window))
 
     async def _write_windows(
-        self, handover: Handover[Window], reports: list[IngestedDocument]
+        self, handover: Handover[Window], reports: list[tuple[int, IngestedDocument]]
     ) -> None:
         """Writes each embedded window as it arrives, together with every window already
         waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes;
@@ -179,7 +260,7 @@ class Ingestor:
                 if unsealed >= SEAL_EVERY_ROWS:
                     await self._versions.seal()
                     unsealed = 0
-            reports.extend(v.report() for v in completed)
+            reports.extend((v.index, v.report()) for v in completed)
             for _, size in taken:
                 await handover.done(size)
 
@@ -187,6 +268,7 @@ class Ingestor:
         self,
         documents: Sequence[SourceDocument],
         *,
+        knowledge_base: str = "",
         deadline: float | None = None,
         on_progress: ProgressSink | None = None,
     ) -> list[IngestedDocument]:
@@ -196,20 +278,28 @@ class Ingestor:
         nothing) once its last rows are. When embedding fails, the documents embedded before
         the failure are still committed, the uncommitted versions removed, then the error is
         raised; when a write fails, embedding stops. `deadline` is a `time.monotonic()`
-        instant for the embedder; `on_progress` hears each document's embedding progress."""
+        instant for the embedder; `on_progress` hears each document's embedding progress.
+        A document whose current version has the same fingerprint is reported `unchanged`
+        and neither embedded nor written. Reports come in request order."""
         started = time.monotonic()
+        kb = await self._require(knowledge_base, "knowledge_base")
         check_ingest_request(documents)
-        versions = await asyncio.to_thread(self._versions_of, documents)
+        identified = await asyncio.to_thread(self._identify_all, documents)
+        del documents
+        unchanged = await self._unchanged(identified, kb)
+        versions = await asyncio.to_thread(self._parse_all, identified, kb, set(unchanged))
         # The pages hold the text now: the request's bytes need not live as long as the call
         # (a 20 MiB document's copy), unless the caller keeps them.
-        del documents
+        del identified
+        if not versions:
+            return [unchanged[i] for i in sorted(unchanged)]
         progress = (
             ProgressCounter([v.doc for v in versions], on_progress, started)
             if on_progress
             else None
         )
         handover: Handover[Window] = Handover(PENDING_WINDOWS * self._window)
-        reports: list[IngestedDocument] = []
+        reports: list[tuple[int, IngestedDocument]] = []
         tasks: list[asyncio.Future[None]] = []
         try:
             # Embedding starts while the intent is recorded; nothing is written before it is.
@@ -227,7 +317,8 @@ class Ingestor:
             handover.close()
             await writer
             await embedder
-            return reports
+            done = dict(reports) | unchanged
+            return [done[i] for i in sorted(done)]
         finally:
             for task in tasks:
                 task.cancel()
@@ -247,6 +338,7 @@ class Ingestor:
         self,
         documents: Sequence[SourceDocument],
         *,
+        knowledge_base: str = "",
         deadline: float | None = None,
         heartbeat: float = HEARTBEAT_SECONDS,
     ) -> AsyncIterator[IngestEvent]:
@@ -255,7 +347,12 @@ class Ingestor:
         it."""
         events = ProgressEvents(heartbeat)
         task = asyncio.ensure_future(
-            self.ingest(documents, deadline=deadline, on_progress=events.hear)
+            self.ingest(
+                documents,
+                knowledge_base=knowledge_base,
+                deadline=deadline,
+                on_progress=events.hear,
+            )
         )
         del documents  # `ingest` lets them go once parsed
         async with contextlib.aclosing(events.follow(task)) as stream:
@@ -264,20 +361,38 @@ class Ingestor:
 
     # ---- delete / list --------------------------------------------------------------------
 
-    async def delete(self, filenames: Sequence[str]) -> int:
-        """Removes every level of each named document; unknown names are ignored."""
-        check_delete_request(filenames)
+    async def delete(
+        self,
+        filenames: Sequence[str],
+        document_ids: Sequence[str] = (),
+        *,
+        knowledge_base: str = "",
+    ) -> int:
+        """Removes every level of each named document of one knowledge base (a filename names
+        the document whose document_id is that filename); unknown ones are ignored."""
+        kb = await self._require(knowledge_base, "knowledge_base")
+        check_delete_request(filenames, document_ids)
         deleted = 0
         async with self._lock:
-            for name in dict.fromkeys(filenames):
-                deleted += await self._versions.delete(name)
+            for document_id in dict.fromkeys([*document_ids, *filenames]):
+                deleted += await self._versions.delete(document_id, kb)
             await self._versions.seal()
         return deleted
 
-    async def list_page(self, page_size: int, page_token: str) -> DocumentPage:
-        """One page of documents by filename (AIP-158): page_size 0 → 100, above 1000 → 1000,
-        negative → INVALID_ARGUMENT; a token this service did not issue → INVALID_ARGUMENT."""
-        return await self._registry.page(list_page_size(page_size), page_token)
+    async def list_page(
+        self, page_size: int, page_token: str, *, knowledge_base: str = ""
+    ) -> DocumentPage:
+        """One page of a knowledge base's documents by document_id (AIP-158): page_size 0 →
+        100, above 1000 → 1000, negative → INVALID_ARGUMENT; a token this service did not
+        issue → INVALID_ARGUMENT."""
+        kb = await self._require(knowledge_base, "knowledge_base")
+        return await self._registry.page(list_page_size(page_size), page_token, kb)
+
+    async def purge(self, knowledge_base: str) -> int:
+        """Removes every row and record of a knowledge base being deleted, while no write
+        of this process runs (`VersionProtocol.purge`)."""
+        async with self._lock:
+            return await self._versions.purge(knowledge_base)
 
     # ---- reconciliation -------------------------------------------------------------------
 
@@ -287,3 +402,19 @@ class Ingestor:
         so every pending version is dead). Returns the number of records removed."""
         async with self._lock:
             return await self._versions.reconcile(grace_seconds)
+
+
+def _unchanged_report(entry: DocumentEntry) -> IngestedDocument:
+    return IngestedDocument(
+        filename=entry.filename,
+        file_type=entry.file_type,
+        pages=entry.pages,
+        l1_chunks=entry.level_count(1),
+        l2_chunks=entry.level_count(2),
+        l3_chunks=entry.level_count(3),
+        replaced=False,
+        document_id=entry.document_id,
+        content_sha256=entry.content_sha256,
+        unchanged=True,
+        knowledge_base=entry.knowledge_base,
+    )

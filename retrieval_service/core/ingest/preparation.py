@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, iter_chunks
+from retrieval_service.core.identity import DEFAULT_KB, Metadata
 
 #: A leaf with the parents it is the last leaf of (its L2 before the L1 around it).
 Closing = tuple[ChunkRecord, tuple[ChunkRecord, ...]]
@@ -52,6 +54,13 @@ class Prepared:
     chunking: ChunkingConfig
     counts: dict[str, list[int]] = field(default_factory=dict)
     leaf_count: int = 0
+    #: The document's identity and what its version records (`DocumentEntry`).
+    knowledge_base: str = DEFAULT_KB
+    document_id: str = ""
+    metadata: Metadata = field(default_factory=dict)
+    content_sha256: str = ""
+    size_bytes: int = 0
+    fingerprint: str = ""
 
     @property
     def pages(self) -> int:
@@ -59,10 +68,18 @@ class Prepared:
 
     @classmethod
     def of(
-        cls, filename: str, file_type: str, loaded: list[Page], chunking: ChunkingConfig
+        cls,
+        filename: str,
+        file_type: str,
+        loaded: list[Page],
+        chunking: ChunkingConfig,
+        **identity: Any,
     ) -> Prepared:
-        """Splits once to count (and to check the tree), keeping no chunk."""
-        doc = cls(filename, file_type, loaded, chunking)
+        """Splits once to count (and to check the tree), keeping no chunk. `identity`: the
+        identity fields (knowledge_base, document_id, metadata, content_sha256, size_bytes,
+        fingerprint)."""
+        doc = cls(filename, file_type, loaded, chunking, **identity)
+        doc.document_id = doc.document_id or filename
 
         def counted(records: Iterable[ChunkRecord]) -> Iterator[ChunkRecord]:
             for c in records:
@@ -73,7 +90,9 @@ class Prepared:
         return doc
 
     def _chunks(self) -> Iterator[ChunkRecord]:
-        return iter_chunks(self.filename, self.file_type, self.loaded, self.chunking)
+        return iter_chunks(
+            self.filename, self.file_type, self.loaded, self.chunking, document_id=self.document_id
+        )
 
     def leaves(self) -> Iterator[Closing]:
         """The leaves in order, each with the parents it completes."""

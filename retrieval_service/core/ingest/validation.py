@@ -7,8 +7,10 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.core.identity import check_document_id
 from shared.errors import InvalidArgument
 
 MAX_FILENAME_CHARS = 255
@@ -21,6 +23,9 @@ class SourceDocument:
     filename: str
     content: bytes
     file_type: str | None = None
+    #: None means the filename.
+    document_id: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 def validate_filename(filename: str, field: str) -> None:
@@ -44,14 +49,19 @@ def validate_filename(filename: str, field: str) -> None:
 
 
 def check_ingest_request(documents: Sequence[SourceDocument]) -> None:
-    """At least one document, no file name twice."""
+    """At least one document, no document_id twice (a document without one is named by its
+    file name, and the error then names `filename`)."""
     if not documents:
         raise InvalidArgument("documents", "must hold at least one document")
     seen: set[str] = set()
     for i, doc in enumerate(documents):
-        if doc.filename in seen:
-            raise InvalidArgument(f"documents[{i}].filename", "appears twice in the request")
-        seen.add(doc.filename)
+        if doc.document_id is not None:
+            check_document_id(doc.document_id, f"documents[{i}].document_id")
+        key = doc.document_id if doc.document_id is not None else doc.filename
+        if key in seen:
+            field = "document_id" if doc.document_id is not None else "filename"
+            raise InvalidArgument(f"documents[{i}].{field}", "appears twice in the request")
+        seen.add(key)
 
 
 def check_content(doc: SourceDocument, field: str, max_bytes: int) -> None:
@@ -62,12 +72,14 @@ def check_content(doc: SourceDocument, field: str, max_bytes: int) -> None:
         raise InvalidArgument(field, f"is {len(doc.content)} bytes, at most {max_bytes}")
 
 
-def check_delete_request(filenames: Sequence[str]) -> None:
-    """At least one name, each under the same rule as on ingest."""
-    if not filenames:
-        raise InvalidArgument("filenames", "must hold at least one file name")
+def check_delete_request(filenames: Sequence[str], document_ids: Sequence[str] = ()) -> None:
+    """At least one document named, each name under the same rule as on ingest."""
+    if not filenames and not document_ids:
+        raise InvalidArgument("filenames", "must hold at least one file name or document_id")
     for i, name in enumerate(filenames):
         validate_filename(name, f"filenames[{i}]")
+    for i, document_id in enumerate(document_ids):
+        check_document_id(document_id, f"document_ids[{i}]")
 
 
 def list_page_size(page_size: int) -> int:

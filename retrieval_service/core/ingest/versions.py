@@ -21,11 +21,13 @@ from retrieval_service.core.documents import (
     LEVELS,
     PENDING,
     TOMBSTONE,
+    DocKey,
     DocumentEntry,
     IngestedDocument,
     RecordKey,
     current_of,
     new_version,
+    record_key,
     version_age_seconds,
 )
 from retrieval_service.core.embedding import normalise
@@ -40,7 +42,15 @@ log = logging.getLogger(__name__)
 #: service passes a no-op; the kill-anywhere test hook (`SUPERMEW_CRASH_AT`, read by
 #: `__main__`) ends the process there, and in-process tests pause there.
 Checkpoint = Callable[[str], Awaitable[None]]
-#: Every named step of an ingest and a delete, in order of first arrival. `during_level_N` is
+#: The steps of a knowledge base's forced deletion (`KnowledgeBases.delete`): its DELETING
+#: mark written, its first level's rows removed, all its rows and records removed.
+KB_DELETE_CRASH_POINTS = (
+    "kb_delete_after_mark",
+    "kb_delete_during_cleanup",
+    "kb_delete_after_cleanup",
+)
+#: Every named step of an ingest, a delete and a knowledge base's deletion
+#: (`KB_DELETE_CRASH_POINTS`), in order of first arrival. `during_level_N` is
 #: reached after each write of level-N rows while their document is not yet committed: for a
 #: document spanning several embedding windows, the first one comes with rows of that level
 #: still to write.
@@ -58,6 +68,7 @@ CRASH_POINTS = (
     "delete_after_commit",
     "delete_during_cleanup",
     "delete_after_cleanup",
+    *KB_DELETE_CRASH_POINTS,
 )
 
 
@@ -75,10 +86,24 @@ class Version:
     the leaves of each parent not yet written (a parent's vector is the normalised mean of
     its leaves'), so at most one L1's leaf vectors are held per document."""
 
-    def __init__(self, doc: Prepared) -> None:
+    def __init__(self, doc: Prepared, index: int = 0) -> None:
         self.doc = doc
+        self.index = index  # the document's place in the request
+        version = new_version()
         self.entry = DocumentEntry(
-            doc.filename, doc.file_type, doc.pages, doc.counts, new_version(), PENDING
+            doc.filename,
+            doc.file_type,
+            doc.pages,
+            doc.counts,
+            version,
+            PENDING,
+            knowledge_base=doc.knowledge_base,
+            document_id=doc.document_id,
+            metadata=doc.metadata,
+            content_sha256=doc.content_sha256,
+            size_bytes=doc.size_bytes,
+            ingest_time=version_time_ms(version),
+            fingerprint=doc.fingerprint,
         )
         self.replaced = False
         self.committed = False
@@ -112,7 +137,19 @@ class Version:
             l2_chunks=self.entry.level_count(2),
             l3_chunks=self.entry.level_count(3),
             replaced=self.replaced,
+            document_id=self.entry.document_id,
+            content_sha256=self.entry.content_sha256,
+            knowledge_base=self.entry.knowledge_base,
         )
+
+
+def version_time_ms(version: str) -> int:
+    """The epoch milliseconds a version was started at (its timestamp prefix); 0 for an
+    unreadable one."""
+    try:
+        return int(version.split("-", 1)[0]) // 1_000_000
+    except ValueError:
+        return 0
 
 
 def stage(
@@ -125,11 +162,14 @@ def stage(
     completed: list[Version] = []
     for window in windows:
         for v, leaf, closes, vector in window:
-            version = v.entry.version
-            staged[3].append(StoredChunk(leaf, vector, version, 3 in bm25_levels))
+            e = v.entry
+            stamp = (e.knowledge_base, e.document_id, e.metadata, e.ingest_time)
+            staged[3].append(StoredChunk(leaf, vector, e.version, 3 in bm25_levels, *stamp))
             for parent, mean in v.take(leaf, closes, vector):
                 level = parent.chunk_level
-                staged[level].append(StoredChunk(parent, mean, version, level in bm25_levels))
+                staged[level].append(
+                    StoredChunk(parent, mean, e.version, level in bm25_levels, *stamp)
+                )
             if v.leaves_left == 0:
                 completed.append(v)
     return staged, completed
@@ -151,12 +191,10 @@ class VersionProtocol:
         """The PENDING records of every document of the request, in one upsert, before any of
         their rows: each names all rows its version will have, so reconciliation can always
         find (and remove) the rows of a version that died."""
-        records = await self._registry.records_of([v.doc.filename for v in versions])
+        records = await self._records_of([v.entry for v in versions])
         for v in versions:
-            keys = (
-                RecordKey(r.filename, r.version, r.state) for r in records.get(v.doc.filename, [])
-            )
-            current = current_of(keys).get(v.doc.filename)
+            keys = (record_key(r) for r in records.get(v.entry.key, []))
+            current = current_of(keys).get(v.entry.key)
             v.replaced = current is not None and current.state == COMMITTED
         await self._checkpoint("before_write")
         await self._registry.put(*(v.entry for v in versions))
@@ -208,20 +246,34 @@ class VersionProtocol:
         registry query and one delete per level for all of them. Failures are logged: the
         commits stand and reconciliation finishes the job."""
         try:
-            records = await self._registry.records_of([e.filename for e in entries])
+            records = await self._records_of(entries)
             doomed: list[DocumentEntry] = []
             for entry in entries:
-                mine = records.get(entry.filename, [])
-                current = current_of(RecordKey(r.filename, r.version, r.state) for r in mine)
-                winner = current.get(entry.filename)
+                mine = records.get(entry.key, [])
+                current = current_of(record_key(r) for r in mine)
+                winner = current.get(entry.key)
                 if winner is not None and winner.version != entry.version:
-                    log.info("a newer version of %s was committed meanwhile", entry.filename)
+                    log.info("a newer version of %s was committed meanwhile", entry.document_id)
                     doomed.append(entry)
                     continue
                 doomed += [r for r in mine if r.state != PENDING and r.version < entry.version]
             await self.remove(doomed, "during_cleanup")
         except STORE_FAILURES:
             log.error("removing older versions of %d documents failed", len(entries))
+
+    async def _records_of(
+        self, entries: Sequence[DocumentEntry]
+    ) -> dict[DocKey, list[DocumentEntry]]:
+        """Every record of the documents of `entries`, by (knowledge base, document_id): one
+        registry query per knowledge base."""
+        by_kb: dict[str, list[str]] = {}
+        for e in entries:
+            by_kb.setdefault(e.knowledge_base, []).append(e.document_id)
+        out: dict[DocKey, list[DocumentEntry]] = {}
+        for kb, ids in by_kb.items():
+            for document_id, records in (await self._registry.records_of(ids, kb)).items():
+                out[(kb, document_id)] = records
+        return out
 
     async def remove(self, entries: list[DocumentEntry], checkpoint: str) -> int:
         """Removes whole versions, rows first (one delete per level for all of them) and
@@ -237,23 +289,50 @@ class VersionProtocol:
         await self._registry.remove(entries)
         return deleted
 
-    async def delete(self, name: str) -> int:
+    async def delete(self, document_id: str, knowledge_base: str) -> int:
         """Deletes one document (a TOMBSTONE commit, then its older versions' rows and
-        records); returns the rows deleted, 0 for an unknown name."""
-        if await self._registry.get(name) is None:
+        records); returns the rows deleted, 0 for an unknown one."""
+        current = await self._registry.get(document_id, knowledge_base)
+        if current is None:
             return 0
-        tombstone = DocumentEntry(name, "", 0, {}, new_version(), TOMBSTONE)
+        tombstone = DocumentEntry(
+            current.filename,
+            "",
+            0,
+            {},
+            new_version(),
+            TOMBSTONE,
+            knowledge_base=knowledge_base,
+            document_id=document_id,
+        )
         await self._checkpoint("delete_before_commit")
         await self._registry.put(tombstone)  # the commit: from here on the document is gone
         await self._checkpoint("delete_after_commit")
-        records = await self._registry.records(name)
+        records = await self._registry.records(document_id, knowledge_base)
         older = [r for r in records if r.state != PENDING and r.version < tombstone.version]
         deleted = await self.remove(older, "delete_during_cleanup")
         # Rows of versions no committed record names (a crashed or superseded writer's):
         # older than the tombstone, so they can never become current.
         for lvl in LEVELS:
-            deleted += await self._chunks.delete_older(lvl, name, tombstone.version)
+            deleted += await self._chunks.delete_older(
+                lvl, document_id, tombstone.version, knowledge_base
+            )
         await self._checkpoint("delete_after_cleanup")
+        return deleted
+
+    async def purge(self, knowledge_base: str) -> int:
+        """Removes every row, then every record, of one knowledge base (its deletion, after
+        it was marked DELETING): rows first, so a record always names rows that may exist.
+        Returns the rows deleted."""
+        deleted = 0
+        for lvl in LEVELS:
+            deleted += await self._chunks.delete_knowledge_base(lvl, knowledge_base)
+            if lvl == 1:
+                await self._checkpoint("kb_delete_during_cleanup")
+        keys = await self._registry.scan(knowledge_base)
+        await self._registry.remove(keys)
+        await self.seal()
+        await self._checkpoint("kb_delete_after_cleanup")
         return deleted
 
     async def reconcile(self, grace_seconds: float | None) -> int:
@@ -274,7 +353,7 @@ class VersionProtocol:
 
         stale = []
         for key in keys:
-            live = current.get(key.filename)
+            live = current.get(key.key)
             superseded = live is not None and key.version < live.version
             if key.state == PENDING:
                 # One older than the current version can never become current; a newer

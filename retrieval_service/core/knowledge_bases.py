@@ -1,0 +1,198 @@
+"""Knowledge bases (docs/api.md#knowledge-bases): their records, and Create, Get, List, Update
+and Delete over the knowledge-base store and the document registry. `knowledge_bases/default`
+is created on the first start and never deleted. A deletion with `force` first marks the
+knowledge base DELETING (from that instant it is NOT_FOUND everywhere), then removes its rows
+and records (`VersionProtocol.purge`), then its own record; `reconcile` finishes a deletion a
+crash interrupted, so after a restart a knowledge base is whole or gone."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+
+from retrieval_service.core.documents import (
+    COMMITTED,
+    LEVELS,
+    current_of,
+    decode_page_token,
+    encode_page_token,
+)
+from retrieval_service.core.identity import DEFAULT_KB, check_kb_id, kb_name
+from retrieval_service.core.ingest.validation import list_page_size
+from retrieval_service.core.ports import DocumentRegistry, KnowledgeBaseStore
+from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+
+log = logging.getLogger(__name__)
+
+ACTIVE, DELETING = 0, 1
+UPDATABLE = ("display_name", "description")
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeBaseRecord:
+    """One knowledge base as stored: its full name, texts, creation instant (epoch ms) and
+    state (ACTIVE, or DELETING once a forced deletion has begun)."""
+
+    name: str
+    display_name: str = ""
+    description: str = ""
+    create_time: int = 0
+    state: int = ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeBase:
+    """A knowledge base as Get and List answer: its record and current counts."""
+
+    record: KnowledgeBaseRecord
+    document_count: int
+    chunk_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeBasePage:
+    knowledge_bases: list[KnowledgeBase]
+    next_page_token: str
+
+
+#: Removes every row and record of a knowledge base (the ingestor's `purge`, under its lock).
+Purge = Callable[[str], Awaitable[int]]
+#: Called at each named step of a deletion (`versions.CRASH_POINTS`).
+Checkpoint = Callable[[str], Awaitable[None]]
+
+
+async def _no_checkpoint(name: str) -> None:
+    return None
+
+
+class KnowledgeBases:
+    """The knowledge-base RPCs, and the check every other request makes of the knowledge
+    bases it names (`require`)."""
+
+    def __init__(
+        self,
+        store: KnowledgeBaseStore,
+        registry: DocumentRegistry,
+        purge: Purge,
+        checkpoint: Checkpoint = _no_checkpoint,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._purge = purge
+        self._checkpoint = checkpoint
+
+    async def require(self, text: str, field: str) -> str:
+        """The full name of an existing (ACTIVE) knowledge base a request names ("" = the
+        default); INVALID_ARGUMENT for a malformed name, NOT_FOUND for an unknown one."""
+        name = kb_name(text, field)
+        record = await self._store.get(name)
+        if record is None or record.state != ACTIVE:
+            raise NotFound(field, f"knowledge base {name!r} does not exist")
+        return name
+
+    async def require_all(self, texts: Sequence[str], field: str) -> tuple[str, ...]:
+        """`require` for each of a repeated field (`field[i]`); empty = the default."""
+        if not texts:
+            return (await self.require("", field),)
+        names = [await self.require(t, f"{field}[{i}]") for i, t in enumerate(texts)]
+        return tuple(dict.fromkeys(names))
+
+    async def ensure_default(self) -> None:
+        """Creates `knowledge_bases/default` when the store has none (the first start)."""
+        if await self._store.get(DEFAULT_KB) is None:
+            await self._store.put(
+                KnowledgeBaseRecord(DEFAULT_KB, "Default", "", int(time.time() * 1000))
+            )
+            log.info("created %s", DEFAULT_KB)
+
+    # ---- the RPCs --------------------------------------------------------------------------
+
+    async def create(
+        self, kb_id: str, display_name: str = "", description: str = ""
+    ) -> KnowledgeBase:
+        name = "knowledge_bases/" + check_kb_id(kb_id, "knowledge_base_id")
+        if await self._store.get(name) is not None:
+            raise AlreadyExists("knowledge_base_id", f"{name!r} already exists")
+        record = KnowledgeBaseRecord(name, display_name, description, int(time.time() * 1000))
+        await self._store.put(record)
+        return KnowledgeBase(record, 0, 0)
+
+    async def get(self, text: str, field: str = "name") -> KnowledgeBase:
+        name = await self.require(text, field)
+        record = await self._store.get(name)
+        assert record is not None
+        return (await self._counted([record]))[0]
+
+    async def list_page(self, page_size: int, page_token: str) -> KnowledgeBasePage:
+        size = list_page_size(page_size)
+        after = decode_page_token(page_token) if page_token else ""
+        live = sorted(
+            (r for r in await self._store.all() if r.state == ACTIVE and r.name > after),
+            key=lambda r: r.name,
+        )
+        page = live[:size]
+        token = encode_page_token(page[-1].name) if len(live) > size and page else ""
+        return KnowledgeBasePage(await self._counted(page), token)
+
+    async def update(
+        self, name_text: str, display_name: str, description: str, paths: Sequence[str]
+    ) -> KnowledgeBase:
+        for i, path in enumerate(paths):
+            if path not in UPDATABLE:
+                raise InvalidArgument(
+                    "update_mask", f"paths[{i}] {path!r} is not one of {', '.join(UPDATABLE)}"
+                )
+        name = await self.require(name_text, "knowledge_base.name")
+        record = await self._store.get(name)
+        assert record is not None
+        wanted = set(paths or UPDATABLE)
+        if "display_name" in wanted:
+            record = replace(record, display_name=display_name)
+        if "description" in wanted:
+            record = replace(record, description=description)
+        await self._store.put(record)
+        return (await self._counted([record]))[0]
+
+    async def delete(self, text: str, force: bool) -> None:
+        name = await self.require(text, "name")
+        if name == DEFAULT_KB:
+            raise FailedPrecondition("name", f"{DEFAULT_KB} cannot be deleted")
+        record = await self._store.get(name)
+        assert record is not None
+        if not force and (await self._counted([record]))[0].document_count:
+            raise FailedPrecondition(
+                "name", f"{name!r} still holds documents; delete them or pass force"
+            )
+        await self._store.put(replace(record, state=DELETING))  # from here on: NOT_FOUND
+        await self._checkpoint("kb_delete_after_mark")
+        await self._finish_delete(name)
+
+    async def _finish_delete(self, name: str) -> None:
+        await self._purge(name)
+        await self._store.remove(name)
+        log.info("deleted %s", name)
+
+    async def reconcile(self) -> int:
+        """Finishes every deletion a crash interrupted (knowledge bases left DELETING);
+        returns how many."""
+        doomed = [r.name for r in await self._store.all() if r.state == DELETING]
+        for name in doomed:
+            log.info("finishing the interrupted deletion of %s", name)
+            await self._finish_delete(name)
+        return len(doomed)
+
+    # ---- counts ----------------------------------------------------------------------------
+
+    async def _counted(self, records: Sequence[KnowledgeBaseRecord]) -> list[KnowledgeBase]:
+        """Each record with its current documents and their chunks over all levels (from the
+        registry's records: no chunk is scanned)."""
+        out = []
+        for record in records:
+            keys = await self._registry.scan(record.name)
+            live = [k for k in current_of(keys).values() if k.state == COMMITTED]
+            entries = await self._registry.full(live) if live else []
+            chunks = sum(e.level_count(lvl) for e in entries for lvl in LEVELS)
+            out.append(KnowledgeBase(record, len(live), chunks))
+        return out
