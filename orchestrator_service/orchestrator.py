@@ -23,10 +23,10 @@ from orchestrator_service.answer import (
 from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
-from orchestrator_service.runtime import Retriever, RunContext
+from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
-from shared.errors import DeadlineExceeded, ModelOutputInvalid
+from shared.errors import DeadlineExceeded, InvalidArgument, ModelOutputInvalid
 from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
 from shared.text_input import check_text
@@ -42,6 +42,30 @@ AnswerSink = Callable[[str], None]
 
 def _discard(_text: str) -> None:
     return None
+
+
+#: A run searches at most this many knowledge bases at once.
+MAX_KNOWLEDGE_BASES = 16
+#: The longest filter retrieval accepts (docs/api.md#filters).
+MAX_FILTER_CHARS = 2048
+
+
+def check_scope(scope: RetrievalScope) -> None:
+    """The light checks of a run's knowledge bases and filter, naming the field; retrieval
+    judges the rest (unknown names, the filter's grammar) and its verdict is passed through
+    (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails)."""
+    count = len(scope.knowledge_bases)
+    if count > MAX_KNOWLEDGE_BASES:
+        raise InvalidArgument(
+            "knowledge_bases", f"names {count} knowledge bases, at most {MAX_KNOWLEDGE_BASES}"
+        )
+    for index, name in enumerate(scope.knowledge_bases):
+        if not name.strip():
+            raise InvalidArgument(f"knowledge_bases[{index}]", "must not be blank")
+    if len(scope.filter) > MAX_FILTER_CHARS:
+        raise InvalidArgument(
+            "filter", f"is {len(scope.filter)} characters, at most {MAX_FILTER_CHARS}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,25 +102,29 @@ class Orchestrator:
     def _check_text(self, field: str, text: str) -> None:
         check_text(field, text, self._max_chars)
 
-    def _context(self, steps_sink: StepSink, timeout: float | None) -> RunContext:
+    def _context(
+        self, steps_sink: StepSink, timeout: float | None, scope: RetrievalScope
+    ) -> RunContext:
         deadline = None if timeout is None else time.monotonic() + timeout
-        return RunContext(self.model, self.retrieval, steps_sink, deadline)
+        return RunContext(self.model, self.retrieval, steps_sink, deadline, scope)
 
     async def run(
         self,
         question: str,
         *,
         generate_answer: bool = False,
+        scope: RetrievalScope = UNSCOPED,
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
         answer_sink: AnswerSink = _discard,
     ) -> RunOutcome:
         """The full graph for a new question. `timeout`: seconds left of the caller's deadline.
         With `generate_answer`, an answer route also gets its answer, each piece passed to
-        `answer_sink` as it is written."""
+        `answer_sink` as it is written. Every retrieval of the run searches `scope`."""
         self._check_text("question", question)
+        check_scope(scope)
         record_question(question)
-        ctx = self._context(steps_sink, timeout)
+        ctx = self._context(steps_sink, timeout, scope)
         final = await self._graph.ainvoke(initial_state(question), context=ctx)
         return await self._finish(final, ctx, generate_answer, answer_sink)
 
@@ -106,19 +134,22 @@ class Orchestrator:
         user_answer: str,
         *,
         generate_answer: bool = False,
+        scope: RetrievalScope = UNSCOPED,
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
         answer_sink: AnswerSink = _discard,
     ) -> RunOutcome:
         """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading; then the
-        answer as for `run`."""
+        answer as for `run`. `scope` is not in the snapshot: the caller sends the run's
+        knowledge bases and filter again, as it sends `generate_answer`."""
         snapshot = ResumeSnapshot.from_mapping(resume_state)
         self._check_text("user_answer", user_answer)
+        check_scope(scope)
         state = state_from_resume(snapshot, user_answer)
         self._check_text("question", state["question"])
         record_question(state["question"])
         metrics.record_resume()
-        ctx = self._context(steps_sink, timeout)
+        ctx = self._context(steps_sink, timeout, scope)
         ctx.emit(state, steps.RESUME, user_answer)
         final = await self._resume_graph.ainvoke(state, context=ctx)
         return await self._finish(final, ctx, generate_answer, answer_sink)

@@ -1,28 +1,33 @@
 """The retrieval service as the nodes see it: a `grpc.aio` stub wrapper that propagates the
 caller's deadline and translates every status retrieval can answer with into a domain error
 (docs/api.md#status-codes), so no downstream status leaks to the orchestrator's caller as if
-it were about the caller's own request. The channel retries an UNAVAILABLE Retrieve (it is
-idempotent) within the call's deadline, and every query is cut to the length retrieval
-accepts, because a rewrite adds generated text to a question that may already be at the
-limit."""
+it were about the caller's own request — except when it is: retrieval's verdict on the
+`knowledge_bases` and `filter` the caller sent is passed on as the caller's NOT_FOUND or
+INVALID_ARGUMENT, with retrieval's field-first message. The channel retries an UNAVAILABLE
+Retrieve (it is idempotent) within the call's deadline, and every query is cut to the length
+retrieval accepts, because a rewrite adds generated text to a question that may already be at
+the limit."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from orchestrator_service.runtime import Retrieval
+from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.errors import (
     DeadlineExceeded,
     DependencyUnavailable,
     DomainError,
     InternalFailure,
+    InvalidArgument,
+    NotFound,
     ResourceExhausted,
 )
 
@@ -80,7 +85,22 @@ def _internal(limit: CallLimit) -> DomainError:
     return InternalFailure("retrieval failed")
 
 
-# Every status Retrieve can end with, decided one by one (OK is not an error).
+# Retrieval's details when it judged a field the caller sent through the orchestrator
+# unchanged: "knowledge_bases[1]: ..." or "filter: ... at column 9". Anything else is about
+# text or settings of our own.
+_CALLERS_FIELD = re.compile(r"((?:knowledge_bases|filter)(?:\[\d+\])?): (.*)", re.DOTALL)
+
+# The caller's own errors, passed on with retrieval's field-first message when the details name
+# one of the caller's fields (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails).
+CALLERS_ERRORS: dict[grpc.StatusCode, Callable[[str, str], DomainError]] = {
+    # An unknown (or just deleted) knowledge base.
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    # A malformed filter, or a knowledge base name that is not one.
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+}
+
+# Every status Retrieve can end with, decided one by one (OK is not an error). NOT_FOUND and
+# INVALID_ARGUMENT are INTERNAL unless CALLERS_ERRORS applies.
 DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
     # Retrieval cancelled the call (it is shutting down and its drain ran out): another replica
     # or a retry can answer, exactly as when it is unreachable.
@@ -88,8 +108,10 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
     grpc.StatusCode.UNKNOWN: _internal,
     # The query is text this system produced (a rewrite, a merged clarification), and top_k
     # comes from our settings: a rejection is our failure, not the caller's invalid argument.
+    # (A rejected `filter` or `knowledge_bases` is the caller's: see CALLERS_ERRORS.)
     grpc.StatusCode.INVALID_ARGUMENT: _internal,
     grpc.StatusCode.DEADLINE_EXCEEDED: _deadline,
+    # Retrieve names no resource of its own but the caller's knowledge bases (CALLERS_ERRORS).
     grpc.StatusCode.NOT_FOUND: _internal,
     grpc.StatusCode.ALREADY_EXISTS: _internal,
     grpc.StatusCode.PERMISSION_DENIED: _internal,
@@ -109,8 +131,15 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
 }
 
 
-def translate(code: grpc.StatusCode, limit: CallLimit) -> DomainError:
-    """The domain error for a Retrieve call that ended with `code` under `limit`."""
+def translate(code: grpc.StatusCode, limit: CallLimit, details: str = "") -> DomainError:
+    """The domain error for a Retrieve call that ended with `code` and `details` under
+    `limit`: the caller's own error when retrieval judged a field the caller sent
+    (CALLERS_ERRORS), else the status's entry in DOWNSTREAM_ERRORS."""
+    callers = CALLERS_ERRORS.get(code)
+    if callers is not None:
+        named = _CALLERS_FIELD.fullmatch(details)
+        if named is not None:
+            return callers(named.group(1), named.group(2))
     return DOWNSTREAM_ERRORS.get(code, _internal)(limit)
 
 
@@ -165,14 +194,21 @@ class RetrievalClient:
         )
 
     async def retrieve(
-        self, query: str, *, top_k: int | None = None, timeout: float | None = None
+        self,
+        query: str,
+        *,
+        scope: RetrievalScope = UNSCOPED,
+        top_k: int | None = None,
+        timeout: float | None = None,
     ) -> Retrieval:
         if len(query) > self._max_query_chars:
             # The question comes first in every generated query, so the cut drops only the
             # tail of the generated helper text.
             log.debug("query of %d characters cut to %d", len(query), self._max_query_chars)
             query = query[: self._max_query_chars]
-        request = retrieval_pb2.RetrieveRequest(query=query)
+        request = retrieval_pb2.RetrieveRequest(
+            query=query, knowledge_bases=scope.knowledge_bases, filter=scope.filter
+        )
         if top_k is not None:
             request.top_k = top_k
         limit = (
@@ -185,7 +221,7 @@ class RetrievalClient:
                 request, timeout=limit.seconds, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
-            error = translate(exc.code(), limit)
+            error = translate(exc.code(), limit, exc.details() or "")
             log.warning(
                 "Retrieve failed with %s (%s); answering %s",
                 exc.code().name,

@@ -23,23 +23,44 @@ class Retrieval:
     meta: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class RetrievalScope:
+    """What every Retrieve of one run searches (docs/api.md#knowledge-bases): the caller's
+    `knowledge_bases` (empty = the default one) and AIP-160 `filter` (docs/api.md#filters;
+    "" admits every document). Retrieval judges both; the orchestrator passes them on."""
+
+    knowledge_bases: tuple[str, ...] = ()
+    filter: str = ""
+
+
+#: A run that names no knowledge base and no filter: the default knowledge base, unfiltered.
+UNSCOPED = RetrievalScope()
+
+
 class Retriever(Protocol):
     """What the nodes need from the retrieval service."""
 
     async def retrieve(
-        self, query: str, *, top_k: int | None = None, timeout: float | None = None
+        self,
+        query: str,
+        *,
+        scope: RetrievalScope = UNSCOPED,
+        top_k: int | None = None,
+        timeout: float | None = None,
     ) -> Retrieval: ...
 
 
 @dataclass(slots=True)
 class RunContext:
     """Per-request context. `deadline` is a `time.monotonic()` instant (None = no deadline);
-    every downstream call is given the time left of it."""
+    every downstream call is given the time left of it. `scope` goes with every Retrieve of the
+    run: the first recall, each sub-question, the rewrite and the resumed retrieval."""
 
     model: ModelClient
     retrieval: Retriever
     steps: StepSink = field(default=NULL_SINK)
     deadline: float | None = None
+    scope: RetrievalScope = UNSCOPED
 
     def time_left(self) -> float | None:
         """Seconds left of the caller's deadline; DeadlineExceeded once it has passed."""

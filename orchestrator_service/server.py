@@ -14,6 +14,7 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
 
 from orchestrator_service.answer import Answer
 from orchestrator_service.orchestrator import Orchestrator, RunOutcome
+from orchestrator_service.runtime import RetrievalScope
 from orchestrator_service.steps import RECEIVED, QueueStepSink, Step
 from shared.codec import (
     chunk_to_proto,
@@ -74,6 +75,10 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
     return context.time_remaining()
 
 
+def _scope(request: orchestrator_pb2.RunRequest | orchestrator_pb2.ResumeRequest) -> RetrievalScope:
+    return RetrievalScope(tuple(request.knowledge_bases), request.filter)
+
+
 class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     def __init__(self, core: Orchestrator) -> None:
         self._core = core
@@ -84,6 +89,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
         outcome = await self._core.run(
             request.question,
             generate_answer=request.generate_answer,
+            scope=_scope(request),
             timeout=_time_left(context),
         )
         return result_to_proto(outcome)
@@ -95,6 +101,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
             hitl_state_from_proto(request.resume_state),
             request.user_answer,
             generate_answer=request.generate_answer,
+            scope=_scope(request),
             timeout=_time_left(context),
         )
         return result_to_proto(outcome)
@@ -102,11 +109,12 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     async def StreamRun(
         self, request: orchestrator_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
-        timeout = _time_left(context)
+        timeout, scope = _time_left(context), _scope(request)
         async for event in _stream(
             lambda sink: self._core.run(
                 request.question,
                 generate_answer=request.generate_answer,
+                scope=scope,
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,
@@ -117,13 +125,14 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     async def StreamResume(
         self, request: orchestrator_pb2.ResumeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
-        timeout = _time_left(context)
+        timeout, scope = _time_left(context), _scope(request)
         snapshot = hitl_state_from_proto(request.resume_state)
         async for event in _stream(
             lambda sink: self._core.resume(
                 snapshot,
                 request.user_answer,
                 generate_answer=request.generate_answer,
+                scope=scope,
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,

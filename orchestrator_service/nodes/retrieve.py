@@ -17,7 +17,8 @@ from shared.trace_fields import RETRIEVAL_META_FIELD_NAMES, TOOL_NAME, RewriteMe
 
 
 async def _retrieve(ctx: RunContext, query: str) -> Retrieval:
-    return await ctx.retrieval.retrieve(query, timeout=ctx.time_left())
+    # Every retrieval of the run searches the caller's knowledge bases under its filter.
+    return await ctx.retrieval.retrieve(query, scope=ctx.scope, timeout=ctx.time_left())
 
 
 async def retrieve_initial(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:

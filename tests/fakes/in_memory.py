@@ -15,7 +15,7 @@ from orchestrator_service.models.base import (
     EvidenceGrade,
     RewritePlan,
 )
-from orchestrator_service.runtime import Retrieval
+from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
 from tests.fakes.retrieval_servicer import meta
 
 Decide = Callable[[str, str], Mapping[str, Any]]
@@ -59,13 +59,19 @@ class InMemoryModel:
 
 
 class InMemoryRetriever:
+    """Docs from `docs_for(query)`; every query is recorded with the scope it was sent with."""
+
     def __init__(self, docs_for: Callable[[str], list[dict[str, Any]]], *, latency: float = 0.0):
         self._docs_for = docs_for
         self.latency = latency
         self.queries: list[str] = []
+        self.scopes: list[RetrievalScope] = []
 
-    async def retrieve(self, query: str, *, top_k=None, timeout=None) -> Retrieval:
+    async def retrieve(
+        self, query: str, *, scope: RetrievalScope = UNSCOPED, top_k=None, timeout=None
+    ) -> Retrieval:
         self.queries.append(query)
+        self.scopes.append(scope)
         if self.latency:
             await asyncio.sleep(self.latency)
         docs = self._docs_for(query)

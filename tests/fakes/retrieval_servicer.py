@@ -1,5 +1,6 @@
 """A scripted RetrievalService as a real in-process `grpc.aio` server on 127.0.0.1: replies
-keyed by query (docs as runtime chunk dicts plus a meta dict), every query recorded."""
+keyed by query (docs as runtime chunk dicts plus a meta dict, or a failure status), every
+query recorded with the knowledge bases and filter it was sent with."""
 
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ from shared.codec import chunk_to_proto, retrieval_meta_to_proto
 class Scripted:
     docs: Sequence[Mapping[str, Any]]
     meta: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A scripted reply that ends the call with `code` and `details`, as retrieval's error
+    table would (e.g. NOT_FOUND "knowledge_bases[0]: ...")."""
+
+    code: grpc.StatusCode
+    details: str
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one RetrieveRequest asked for."""
+
+    query: str
+    knowledge_bases: tuple[str, ...]
+    filter: str
 
 
 def meta(n: int, **overrides: Any) -> dict[str, Any]:
@@ -88,7 +107,7 @@ class RetrievalScript:
     """Replies per query; a list is consumed in order (the last repeats). Unknown queries get
     an empty hybrid result."""
 
-    replies: dict[str, list[Scripted]] = field(default_factory=dict)
+    replies: dict[str, list[Scripted | Failure]] = field(default_factory=dict)
     delay: float = 0.0
 
     def add(
@@ -99,7 +118,12 @@ class RetrievalScript:
         )
         return self
 
-    def next_reply(self, query: str) -> Scripted:
+    def fail(self, query: str, code: grpc.StatusCode, details: str) -> RetrievalScript:
+        """The next Retrieve of `query` ends with `code` and `details`."""
+        self.replies.setdefault(query, []).append(Failure(code, details))
+        return self
+
+    def next_reply(self, query: str) -> Scripted | Failure:
         queue = self.replies.get(query)
         if not queue:
             return Scripted([], meta(0))
@@ -114,9 +138,12 @@ class _Servicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         owner = self._owner
         owner.queries.append(request.query)
         owner.top_ks.append(request.top_k if request.HasField("top_k") else None)
+        owner.sent.append(Sent(request.query, tuple(request.knowledge_bases), request.filter))
         if owner.script.delay:
             await asyncio.sleep(owner.script.delay)
         reply = owner.script.next_reply(request.query)
+        if isinstance(reply, Failure):
+            await context.abort(reply.code, reply.details)
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(d) for d in reply.docs], meta=retrieval_meta_to_proto(reply.meta)
         )
@@ -127,6 +154,7 @@ class FakeRetrieval:
         self.script = script or RetrievalScript()
         self.queries: list[str] = []
         self.top_ks: list[int | None] = []
+        self.sent: list[Sent] = []  # every RetrieveRequest, in arrival order
         self._server: grpc.aio.Server | None = None
         self.port = 0
 

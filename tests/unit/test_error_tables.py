@@ -13,7 +13,12 @@ import pytest
 import orchestrator_service
 import retrieval_service
 import shared
-from orchestrator_service.retrieval_client import DOWNSTREAM_ERRORS, CallLimit, translate
+from orchestrator_service.retrieval_client import (
+    CALLERS_ERRORS,
+    DOWNSTREAM_ERRORS,
+    CallLimit,
+    translate,
+)
 from shared.errors import DomainError
 from shared.serve import STATUS_FOR_ERROR, status_code_for, status_for
 
@@ -107,3 +112,40 @@ def test_internal_failures_carry_a_generic_message() -> None:
         assert mapped is not None
         if mapped[0] == grpc.StatusCode.INTERNAL:
             assert mapped[1] == "retrieval failed"
+
+
+@pytest.mark.parametrize(
+    ("downstream", "details"),
+    [
+        (grpc.StatusCode.NOT_FOUND, "knowledge_bases[1]: knowledge_bases/hr does not exist"),
+        (grpc.StatusCode.NOT_FOUND, "knowledge_bases: knowledge_bases/hr does not exist"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "filter: unexpected 'AND' at column 9"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "knowledge_bases[0]: 'HR!' is not a knowledge base id"),
+    ],
+)
+def test_retrievals_verdict_on_the_callers_fields_is_passed_on(downstream, details) -> None:
+    # The caller sent knowledge_bases and filter through unchanged: their errors are theirs.
+    assert status_for(translate(downstream, CALLER, details)) == (downstream, details)
+
+
+@pytest.mark.parametrize(
+    ("downstream", "details"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, "query: is 5000 characters, at most 4000"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "top_k: must be 1..100"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "filters: not a field"),  # not the caller's field
+        (grpc.StatusCode.INVALID_ARGUMENT, ""),
+        (grpc.StatusCode.NOT_FOUND, "collection supermew_chunks does not exist"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "filter: the store has no metadata field"),
+        (grpc.StatusCode.INTERNAL, "knowledge_bases[0]: lost"),
+    ],
+)
+def test_every_other_verdict_stays_internal(downstream, details) -> None:
+    assert status_for(translate(downstream, CALLER, details)) == (
+        grpc.StatusCode.INTERNAL,
+        "retrieval failed",
+    )
+
+
+def test_only_not_found_and_invalid_argument_can_be_the_callers() -> None:
+    assert set(CALLERS_ERRORS) == {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}

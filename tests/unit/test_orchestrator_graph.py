@@ -12,7 +12,7 @@ from orchestrator_service.graph import build_graphs, build_rag_graph
 from orchestrator_service.nodes import END_NODE
 from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rewrite
 from orchestrator_service.orchestrator import Orchestrator
-from orchestrator_service.runtime import RunContext
+from orchestrator_service.runtime import UNSCOPED, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import QueueStepSink
 from tests.fakes.in_memory import InMemoryModel, InMemoryRetriever
@@ -42,9 +42,9 @@ async def test_sub_agents_run_concurrently() -> None:
 
 async def test_sub_results_keep_send_order_whatever_finishes_first() -> None:
     class SlowFirst(InMemoryRetriever):
-        async def retrieve(self, query, *, top_k=None, timeout=None):
+        async def retrieve(self, query, *, scope=UNSCOPED, top_k=None, timeout=None):
             await asyncio.sleep(0.05 if query == "q1？" else 0)
-            return await super().retrieve(query)
+            return await super().retrieve(query, scope=scope)
 
     core = Orchestrator(
         InMemoryModel(_decide),
