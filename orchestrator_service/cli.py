@@ -1,7 +1,12 @@
 """The command line of the orchestrator, calling its RPCs at localhost:ORCHESTRATOR_PORT:
 
-    python -m orchestrator_service ask "问题" [--stream] [--json] [--no-answer]
-    python -m orchestrator_service resume --snapshot FILE --answer "补充" [--stream] [--json]
+    python -m orchestrator_service ask "问题" [--kb ID]... [--filter EXPR] [--stream] [--json]
+        [--no-answer]
+    python -m orchestrator_service resume --snapshot FILE --answer "补充" [--kb ID]...
+        [--filter EXPR] [--stream] [--json]
+
+`--kb` (repeatable; an id or a full `knowledge_bases/{id}` name) and `--filter` (AIP-160,
+docs/api.md#filters) limit every retrieval of the run; a resume is given the same ones again.
 
 TLS: `--tls-ca FILE` (or `--tls` for the system's roots), and `--tls-cert FILE --tls-key FILE`
 when the server requires client certificates (mTLS).
@@ -144,6 +149,19 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--no-answer", action="store_true", help="return the evidence without writing an answer"
     )
+    common.add_argument(
+        "--kb",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="search this knowledge base (repeatable; default: knowledge_bases/default)",
+    )
+    common.add_argument(
+        "--filter",
+        default="",
+        metavar="EXPR",
+        help="AIP-160 metadata filter, e.g. 'metadata.department = \"sales\"'",
+    )
     common.add_argument("--addr", help="orchestrator address (default localhost:ORCHESTRATOR_PORT)")
     common.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
     add_tls_arguments(common)
@@ -171,7 +189,10 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
         stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
         if args.command == "ask":
             request: Any = orchestrator_pb2.RunRequest(
-                question=args.question, generate_answer=not args.no_answer
+                question=args.question,
+                generate_answer=not args.no_answer,
+                knowledge_bases=args.kb,
+                filter=args.filter,
             )
             unary, stream = stub.Run, stub.StreamRun
         else:
@@ -179,6 +200,8 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
                 resume_state=hitl_state_to_proto(load_snapshot(args.snapshot).to_dict()),
                 user_answer=args.answer,
                 generate_answer=not args.no_answer,
+                knowledge_bases=args.kb,
+                filter=args.filter,
             )
             unary, stream = stub.Resume, stub.StreamResume
         if not args.stream:

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.fakes.model_server import ModelScript, grade, sse
@@ -134,3 +135,31 @@ async def test_cli_prints_the_answer_with_numbered_sources_and_a_compact_list(st
     assert rc == 0 and json.loads(out)["answer"] is None
     answered = [r for r in stack.model.requests if r.task == "answer_generation"]
     assert len(answered) == 2  # the plain and the streamed ask; not --no-answer
+
+
+async def test_cli_kb_and_filter_reach_every_retrieval_of_ask_and_resume(stack, tmp_path) -> None:
+    port = stack.app.server.port
+    scope = ("--kb", "hr", "--kb", "knowledge_bases/eng", "--filter", "metadata.year >= 2023")
+    sent = ("hr", "knowledge_bases/eng")
+    rc, out, err = await _cli(port, "ask", Q_CLARIFY, "--json", *scope)
+    assert rc == 0, err
+    snapshot = tmp_path / "pending.json"
+    snapshot.write_text(out, encoding="utf-8")
+    rc, out, err = await _cli(
+        port, "resume", "--snapshot", str(snapshot), "--answer", "卡卡罗", "--json", *scope
+    )
+    assert rc == 0, err
+    assert json.loads(out)["docs"][0]["document_id"] == "roles.md"  # the whole Chunk in --json
+    assert [(s.query, s.knowledge_bases, s.filter) for s in stack.retrieval.sent] == [
+        (Q_CLARIFY, sent, "metadata.year >= 2023"),
+        (QSTAR, sent, "metadata.year >= 2023"),
+    ]
+
+
+async def test_cli_unknown_knowledge_base_is_not_found(stack) -> None:
+    stack.retrieval.script.fail(
+        Q_NONE, grpc.StatusCode.NOT_FOUND, "knowledge_bases[0]: knowledge_bases/nope does not exist"
+    )
+    rc, _, err = await _cli(stack.app.server.port, "ask", Q_NONE, "--kb", "nope")
+    assert rc == 1
+    assert "NOT_FOUND: knowledge_bases[0]: knowledge_bases/nope does not exist" in err
