@@ -3,6 +3,7 @@ model server and the scripted retrieval service, on ephemeral ports, plus a clie
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +27,29 @@ class Stack:
     channel: grpc.aio.Channel
     stub: orchestrator_pb2_grpc.OrchestratorServiceStub
 
-    async def run(self, question: str, **kw: Any) -> orchestrator_pb2.RunResult:
-        return await self.stub.Run(orchestrator_pb2.RunRequest(question=question), **kw)
+    async def run(
+        self, question: str, *, knowledge_bases: Sequence[str] = (), filter: str = "", **kw: Any
+    ) -> orchestrator_pb2.RunResult:
+        request = orchestrator_pb2.RunRequest(
+            question=question, knowledge_bases=knowledge_bases, filter=filter
+        )
+        return await self.stub.Run(request, **kw)
 
-    async def resume(self, snapshot: Any, answer: str, **kw: Any) -> orchestrator_pb2.RunResult:
-        request = orchestrator_pb2.ResumeRequest(resume_state=snapshot, user_answer=answer)
+    async def resume(
+        self,
+        snapshot: Any,
+        answer: str,
+        *,
+        knowledge_bases: Sequence[str] = (),
+        filter: str = "",
+        **kw: Any,
+    ) -> orchestrator_pb2.RunResult:
+        request = orchestrator_pb2.ResumeRequest(
+            resume_state=snapshot,
+            user_answer=answer,
+            knowledge_bases=knowledge_bases,
+            filter=filter,
+        )
         return await self.stub.Resume(request, **kw)
 
     async def aclose(self) -> None:

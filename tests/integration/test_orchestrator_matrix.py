@@ -21,7 +21,7 @@ from shared.codec import (
 )
 from shared.context_text import format_context
 from tests.fakes.model_server import HttpError, ModelScript, complexity, grade, rewrite
-from tests.fakes.orchestrator_stack import API_KEY, MODELS, start_stack
+from tests.fakes.orchestrator_stack import API_KEY, MODELS, Stack, start_stack
 from tests.fakes.retrieval_servicer import RetrievalScript, chunk, meta
 
 CX, GR, RW = "complexity_classification", "evidence_grade", "query_rewrite"
@@ -849,22 +849,40 @@ def _script(row: Row) -> tuple[ModelScript, RetrievalScript]:
     return ms, rs
 
 
+# A run limited to two knowledge bases under a filter (docs/api.md#knowledge-bases).
+KBS, FILTER = ("hr", "knowledge_bases/eng"), 'metadata.department = "sales"'
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 async def test_matrix(row: Row) -> None:
+    stack = await _check(row)
+    assert {(s.knowledge_bases, s.filter) for s in stack.retrieval.sent} <= {((), "")}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+async def test_matrix_within_knowledge_bases_and_a_filter(row: Row) -> None:
+    # The same outcome, and every retrieval of the row (the first recall, each sub-question,
+    # the rewrite, the resumed one) searched the run's knowledge bases under its filter.
+    stack = await _check(row, knowledge_bases=KBS, filter=FILTER)
+    assert len(stack.retrieval.sent) == len(row.queries)
+    assert {(s.knowledge_bases, s.filter) for s in stack.retrieval.sent} <= {(KBS, FILTER)}
+
+
+async def _check(row: Row, **scope: Any) -> Stack:
     ms, rs = _script(row)
     stack = await start_stack(ms, rs)
     try:
         if row.error is not None:
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stack.run(row.question)
+                await stack.run(row.question, **scope)
             assert err.value.code() == row.error[0]
             assert row.error[1] in err.value.details()
         else:
             if row.resume is not None:
                 snapshot, answer = row.resume
-                result = await stack.resume(hitl_state_to_proto(snapshot), answer)
+                result = await stack.resume(hitl_state_to_proto(snapshot), answer, **scope)
             else:
-                result = await stack.run(row.question)
+                result = await stack.run(row.question, **scope)
             assert (result.route, result.retrieval_status) == (row.route, row.status)
             assert rag_trace_from_proto(result.rag_trace) == row.trace
             if row.snapshot is None:
@@ -880,6 +898,7 @@ async def test_matrix(row: Row) -> None:
             assert request.model == TASK_MODEL[request.task]
     finally:
         await stack.aclose()
+    return stack
 
 
 def test_matrix_has_at_least_26_rows() -> None:
