@@ -180,20 +180,9 @@ class Ingested:
 
     path: str
     document: IngestedDocument
-    document_id: str = ""
-    knowledge_base: str = ""
-    content_sha256: str = ""
-    unchanged: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            **asdict(self.document),
-            "document_id": self.document_id,
-            "knowledge_base": self.knowledge_base,
-            "content_sha256": self.content_sha256,
-            "unchanged": self.unchanged,
-        }
+        return {"path": self.path, **asdict(self.document)}
 
 
 @dataclass
@@ -209,8 +198,8 @@ class IngestOutcome:
     failed: list[Failed] = field(default_factory=list)
 
     def _counts(self) -> tuple[int, int, int]:
-        unchanged = sum(d.unchanged for d in self.ingested)
-        replaced = sum(d.document.replaced and not d.unchanged for d in self.ingested)
+        unchanged = sum(d.document.unchanged for d in self.ingested)
+        replaced = sum(d.document.replaced and not d.document.unchanged for d in self.ingested)
         return len(self.ingested) - unchanged - replaced, replaced, unchanged
 
     def to_dict(self) -> dict[str, Any]:
@@ -229,7 +218,7 @@ class IngestOutcome:
 
     def summary(self) -> str:
         new, replaced, unchanged = self._counts()
-        leaves = sum(d.document.l3_chunks for d in self.ingested if not d.unchanged)
+        leaves = sum(d.document.l3_chunks for d in self.ingested if not d.document.unchanged)
         line = (
             f"ingested {len(self.ingested)} file(s) ({new} new, {replaced} replaced, "
             f"{unchanged} unchanged, {leaves} leaves), failed {len(self.failed)}"
@@ -293,11 +282,11 @@ def ingest_one(
                     d.l2_chunks,
                     d.l3_chunks,
                     d.replaced,
+                    d.document_id,
+                    d.content_sha256,
+                    d.unchanged,
+                    d.knowledge_base,
                 ),
-                document_id=d.document_id,
-                knowledge_base=d.knowledge_base,
-                content_sha256=d.content_sha256,
-                unchanged=d.unchanged,
             )
     except grpc.RpcError as exc:
         return Failed(str(path), path.name, _rpc_reason(exc))
@@ -363,7 +352,7 @@ def unique_names(files: list[Path], outcome: IngestOutcome) -> list[Path]:
 
 
 def _ingested_line(verb: str, path: Path | str, done: Ingested) -> str:
-    if done.unchanged:
+    if done.document.unchanged:
         return f"unchanged {path}: nothing embedded"
     leaves = "1 leaf" if done.document.l3_chunks == 1 else f"{done.document.l3_chunks} leaves"
     return f"{verb} {path}: {leaves}, {done.document.pages} page(s)"
@@ -647,7 +636,7 @@ def sync(
                 document_metadata=values,
             )
             if isinstance(result, Ingested):
-                done = "unchanged" if result.unchanged else action
+                done = "unchanged" if result.document.unchanged else action
                 line = SyncLine(done, document_id, str(path), leaves=result.document.l3_chunks)
             else:
                 line = SyncLine("failed", document_id, str(path), result.reason)
