@@ -30,12 +30,16 @@ _ROUTE_FOR_HITL_STATUS: dict[RetrievalStatus, Route] = {
 
 
 def dedupe_key(doc: Mapping[str, Any]) -> str:
-    """Two chunks are the same chunk when their `chunk_id` matches; without one, when filename,
-    page and text all match (docs/trace.md#synthesis-of-a-complex-question)."""
+    """Two chunks are the same chunk when they come from the same knowledge base and their
+    `chunk_id` matches; without one, when filename, page and text all match
+    (docs/trace.md#synthesis-of-a-complex-question). Chunk ids are unique within a knowledge
+    base only: `notes.md` in two of them is two documents."""
     chunk_id = str(doc.get("chunk_id") or "").strip()
-    if chunk_id:
-        return chunk_id
-    return f"{doc.get('filename') or ''}|{doc.get('page_number') or ''}|{doc.get('text') or ''}"
+    key = chunk_id or (
+        f"{doc.get('filename') or ''}|{doc.get('page_number') or ''}|{doc.get('text') or ''}"
+    )
+    knowledge_base = str(doc.get("knowledge_base") or "")
+    return f"{knowledge_base}#{key}" if knowledge_base else key
 
 
 def dedupe_documents(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -33,6 +33,20 @@ def test_dedupe_keeps_first_place_folds_max_and_renumbers() -> None:
     assert dedupe_key(d) == "f.md|1|same"
 
 
+def test_the_same_chunk_id_in_two_knowledge_bases_is_two_chunks() -> None:
+    hr = _doc("notes.md::p0::l3::0", 0.5, 1, knowledge_base="knowledge_bases/hr")
+    eng = _doc("notes.md::p0::l3::0", 0.6, 1, knowledge_base="knowledge_bases/eng")
+    hr_again = _doc("notes.md::p0::l3::0", 0.9, 2, knowledge_base="knowledge_bases/hr")
+    out = dedupe_documents([hr, eng, hr_again])
+    assert [(d["knowledge_base"], d["score"], d["rrf_rank"]) for d in out] == [
+        ("knowledge_bases/hr", 0.9, 1),
+        ("knowledge_bases/eng", 0.6, 2),
+    ]
+    assert dedupe_key(_doc(None, 0.1, 1, text="x", knowledge_base="knowledge_bases/hr")) == (
+        "knowledge_bases/hr#f.md|1|x"
+    )
+
+
 def test_dedupe_folds_rerank_score_when_either_has_one() -> None:
     out = dedupe_documents([_doc("a", 0.9, 1), _doc("a", 0.1, 2, rerank_score=0.8)])
     assert out == [_doc("a", 0.9, 1, rerank_score=0.8)]
