@@ -18,6 +18,7 @@ from shared.errors import (
     DependencyUnavailable,
     InternalFailure,
     InvalidArgument,
+    NotFound,
     ResourceExhausted,
 )
 from shared.serve import GrpcServer, status_for
@@ -33,6 +34,10 @@ class SteeredRetrieval(retrieval_pb2_grpc.RetrievalServiceServicer):
         match request.query:
             case "invalid":
                 raise InvalidArgument("query", SECRET_DETAIL)
+            case "unknown knowledge base":
+                raise NotFound("knowledge_bases[0]", "knowledge_bases/nope does not exist")
+            case "bad filter":
+                raise InvalidArgument("filter", "unexpected end of input at column 12")
             case "exhausted":
                 raise ResourceExhausted(SECRET_DETAIL)
             case "misconfigured":
@@ -66,6 +71,19 @@ async def retrieval():
     ("query", "error", "code", "details"),
     [
         ("invalid", InternalFailure, grpc.StatusCode.INTERNAL, "retrieval failed"),
+        # The caller's own knowledge_bases and filter: retrieval's verdict is theirs.
+        (
+            "unknown knowledge base",
+            NotFound,
+            grpc.StatusCode.NOT_FOUND,
+            "knowledge_bases[0]: knowledge_bases/nope does not exist",
+        ),
+        (
+            "bad filter",
+            InvalidArgument,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "filter: unexpected end of input at column 12",
+        ),
         ("bug", InternalFailure, grpc.StatusCode.INTERNAL, "retrieval failed"),
         ("misconfigured", InternalFailure, grpc.StatusCode.INTERNAL, "retrieval failed"),
         (
