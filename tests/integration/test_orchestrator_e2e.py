@@ -68,6 +68,11 @@ async def test_end_to_end_against_real_retrieval(tmp_path: Path) -> None:
             assert len({d["chunk_id"] for d in docs}) == len(docs)  # deduped
             assert trace["synthesis_merged_count"] >= len(docs)
             assert {"leave.md", "remote.md"} <= {d["filename"] for d in docs}
+            # Ingested without an id or a knowledge base: each document is its file name in the
+            # default knowledge base, and carries no metadata.
+            assert all(d["document_id"] == d["filename"] for d in docs)
+            assert {d["knowledge_base"] for d in docs} == {"knowledge_bases/default"}
+            assert not any("metadata" in d for d in docs)
 
             ambiguous = await stack.run(Q_AMBIG)
             assert ambiguous.route == "clarify" and list(ambiguous.docs) == []
