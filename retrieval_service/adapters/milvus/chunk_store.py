@@ -12,15 +12,18 @@ from typing import Any
 import numpy as np
 
 from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
+from retrieval_service.adapters.milvus.filters import to_milvus_expr
 from retrieval_service.adapters.milvus.schema import (
     OUTPUT_FIELDS,
     UNANALYSED,
     bm25_spec,
     dense_spec,
+    scope_filter,
 )
 from retrieval_service.core.chunking import ChunkRecord
 from retrieval_service.core.documents import version_pk
-from retrieval_service.core.ports import StoredChunk
+from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.ports import DEFAULT_SCOPE, SearchScope, StoredChunk
 from shared.lexical import bm25_text
 
 Row = dict[str, Any]
@@ -40,10 +43,16 @@ def hits(result: Any) -> list[Row]:
 
 
 def store_row(
-    c: ChunkRecord, vector: np.ndarray, version: str, analysed: bool = True
+    c: ChunkRecord,
+    vector: np.ndarray,
+    version: str,
+    analysed: bool = True,
+    owner: StoredChunk | None = None,
 ) -> dict[str, Any]:
     """The Milvus row of one version of a chunk: its record fields plus the dense vector, and
-    its BM25 text when `analysed` (else `UNANALYSED`: nothing for the analyser to read)."""
+    its BM25 text when `analysed` (else `UNANALYSED`: nothing for the analyser to read);
+    `owner` gives its document's knowledge base, document_id, metadata and ingest time
+    (None: the default knowledge base, the filename, none, 0)."""
     return {
         "pk": version_pk(c.chunk_id, version),
         "chunk_id": c.chunk_id,
@@ -61,7 +70,16 @@ def store_row(
         "root_chunk_id": c.root_chunk_id,
         "chunk_level": c.chunk_level,
         "chunk_idx": c.chunk_idx,
+        "knowledge_base": owner.knowledge_base if owner else DEFAULT_KB,
+        "document_id": (owner.document_id if owner else "") or c.filename,
+        "metadata": (owner.metadata if owner else None) or {},
+        "ingest_time": owner.ingest_time if owner else 0,
     }
+
+
+def scope_expr(level: int, scope: SearchScope) -> str:
+    compiled = to_milvus_expr(scope.filter) if scope.filter is not None else None
+    return scope_filter(level, scope.knowledge_bases, compiled)
 
 
 def _delete_count(result: Any, fallback: int) -> int:
@@ -87,17 +105,24 @@ class ChunkStore:
     # ---- recall --------------------------------------------------------------------------
 
     async def hybrid_search(
-        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+        self,
+        level: int,
+        text: str,
+        vector: Sequence[float],
+        candidate_k: int,
+        scope: SearchScope = DEFAULT_SCOPE,
     ) -> list[Row]:
-        """Dense + BM25, each asking recall_depth × candidate_k, fused with RRF(rrf_k) to
-        candidate_k (StoreConfig)."""
+        """Dense + BM25, each asking recall_depth × candidate_k within `scope`, fused with
+        RRF(rrf_k) to candidate_k (StoreConfig)."""
         from pymilvus import RRFRanker
 
         cfg = self._config
         depth = cfg.recall_depth * candidate_k
+        expr = scope_expr(level, scope)
+        drop = cfg.bm25_drop_ratio_search
         requests = [
-            dense_spec(vector, depth, level, hnsw_ef=cfg.hnsw_ef).request(),
-            bm25_spec(text, depth, level, drop_ratio=cfg.bm25_drop_ratio_search).request(),
+            dense_spec(vector, depth, level, hnsw_ef=cfg.hnsw_ef, expr=expr).request(),
+            bm25_spec(text, depth, level, drop_ratio=drop, expr=expr).request(),
         ]
         result = await self._milvus.run(
             lambda client: client.hybrid_search(
@@ -110,8 +135,11 @@ class ChunkStore:
         )
         return hits(result)
 
-    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Row]:
-        spec = dense_spec(vector, limit, level, hnsw_ef=self._config.hnsw_ef)
+    async def dense_search(
+        self, level: int, vector: Sequence[float], limit: int, scope: SearchScope = DEFAULT_SCOPE
+    ) -> list[Row]:
+        expr = scope_expr(level, scope)
+        spec = dense_spec(vector, limit, level, hnsw_ef=self._config.hnsw_ef, expr=expr)
         result = await self._milvus.run(
             lambda client: client.search(
                 self._collection(level), output_fields=OUTPUT_FIELDS, **spec.search_kwargs()
@@ -163,7 +191,7 @@ class ChunkStore:
     def _insert(self, client: Any, level: int, chunks: Sequence[StoredChunk]) -> None:
         # The rows are built here, in the store's worker thread: the BM25 text of a window's
         # chunks is CPU work the event loop must not wait on.
-        rows = [store_row(c.record, c.vector, c.version, c.analysed) for c in chunks]
+        rows = [store_row(c.record, c.vector, c.version, c.analysed, c) for c in chunks]
         # A retried write of the same version must not duplicate rows. A Milvus server keeps
         # both copies of a primary key inserted twice, so it gets upserts. Milvus Lite's
         # insert already replaces a row of the same key (its newest write wins), and its
@@ -194,10 +222,24 @@ class ChunkStore:
             return 0
         return await self._milvus.run(self._delete, level, list(pks))
 
-    async def delete_older(self, level: int, filename: str, version: str) -> int:
-        """Deletes every row of `filename` on one level whose version is older than `version`
-        (a scan; sweeps rows no record names any more)."""
-        expr = f"filename == {quote(filename)} and version < {quote(version)}"
+    async def delete_older(
+        self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
+    ) -> int:
+        """Deletes every row of one document on one level whose version is older than
+        `version` (a scan of its knowledge base's partition; sweeps rows no record names any
+        more)."""
+        expr = (
+            f"knowledge_base == {quote(knowledge_base)} and document_id == {quote(document_id)}"
+            f" and version < {quote(version)}"
+        )
+        result = await self._milvus.run(
+            lambda client: client.delete(self._collection(level), filter=expr)
+        )
+        return _delete_count(result, 0)
+
+    async def delete_knowledge_base(self, level: int, knowledge_base: str) -> int:
+        """Deletes every row of one knowledge base on one level."""
+        expr = f"knowledge_base == {quote(knowledge_base)}"
         result = await self._milvus.run(
             lambda client: client.delete(self._collection(level), filter=expr)
         )

@@ -194,8 +194,22 @@ class MilvusStore:
     def registry_collection(self) -> str:
         return f"{self._prefix}_documents"
 
+    @property
+    def knowledge_base_collection(self) -> str:
+        return f"{self._prefix}_knowledge_bases"
+
     def all_collections(self) -> list[str]:
-        return [*(self.level_collection(lvl) for lvl in LEVELS), self.registry_collection]
+        return [
+            *(self.level_collection(lvl) for lvl in LEVELS),
+            self.registry_collection,
+            self.knowledge_base_collection,
+        ]
+
+    def v2_collections(self) -> list[str]:
+        """The collections of the layout before knowledge bases (`upgrade.py`): the three
+        levels, then the registry."""
+        prefix = self.config.collection + schema.V2_SUFFIX
+        return [*(f"{prefix}_l{lvl}" for lvl in LEVELS), f"{prefix}_documents"]
 
     # ---- calls -------------------------------------------------------------------------
 
@@ -264,6 +278,13 @@ class MilvusStore:
             (
                 self.registry_collection,
                 schema.registry_schema(),
+                lambda: schema.registry_index_params(client),
+            )
+        )
+        wanted.append(
+            (
+                self.knowledge_base_collection,
+                schema.knowledge_base_schema(),
                 lambda: schema.registry_index_params(client),
             )
         )

@@ -1,10 +1,12 @@
-"""The document registry: the commit records of `{collection}_v2_documents`. Each ingest of a
-document writes one record per version (pk `{filename}#{version}`): PENDING before its chunk
+"""The document registry: the commit records of `{collection}_v3_documents`. Each ingest of a
+document writes one record per version (pk `{knowledge_base}#{document_id}#{version}`, hex
+encoded: `schema.registry_pk`): PENDING before its chunk
 rows are written, COMMITTED once they all are; a delete commits a TOMBSTONE version. The
 current version of a document is its greatest committed version (a tombstone = deleted), so
 "newest wins" is decidable without compare-and-set, which Milvus does not have. A record also
-holds the document's file type, page count and per-page chunk counts, from which every chunk
-id of that version is derived (never scanned)."""
+holds the document's file name and type, page count and per-page chunk counts, from which
+every chunk id of that version is derived (never scanned), and its metadata, content hash,
+size, ingest time and fingerprint."""
 
 from __future__ import annotations
 
@@ -30,16 +32,23 @@ from retrieval_service.core.documents import (
     current_of,
     decode_page_token,
     encode_page_token,
+    record_key,
 )
+from retrieval_service.core.identity import DEFAULT_KB
 
 _BATCH = 1000
 
 
 def _pk(record: DocumentEntry | RecordKey) -> str:
-    return registry_pk(record.filename, record.version)
+    return registry_pk(record.knowledge_base, record.document_id, record.version)
 
 
-def _entry(row: dict[str, Any]) -> DocumentEntry:
+def _key(row: dict[str, Any]) -> RecordKey:
+    return RecordKey(row["document_id"], row["version"], int(row["state"]), row["knowledge_base"])
+
+
+def entry_of(row: dict[str, Any]) -> DocumentEntry:
+    """The record a registry row holds."""
     return DocumentEntry(
         filename=row["filename"],
         file_type=row["file_type"],
@@ -47,20 +56,39 @@ def _entry(row: dict[str, Any]) -> DocumentEntry:
         page_counts=json.loads(row["page_counts"]),
         version=row["version"],
         state=int(row["state"]),
+        knowledge_base=row["knowledge_base"],
+        document_id=row["document_id"],
+        metadata=dict(row.get("metadata") or {}),
+        content_sha256=row["content_sha256"],
+        size_bytes=int(row["size_bytes"]),
+        ingest_time=int(row["ingest_time"]),
+        fingerprint=row["fingerprint"],
     )
 
 
-def _row(entry: DocumentEntry) -> dict[str, Any]:
+def row_of(entry: DocumentEntry) -> dict[str, Any]:
+    """The registry row of a record."""
     return {
         "pk": _pk(entry),
+        "knowledge_base": entry.knowledge_base,
+        "document_id": entry.document_id,
         "filename": entry.filename,
         "version": entry.version,
         "state": entry.state,
         "file_type": entry.file_type,
         "pages": entry.pages,
         "page_counts": json.dumps(entry.page_counts, separators=(",", ":")),
+        "metadata": entry.metadata,
+        "content_sha256": entry.content_sha256,
+        "size_bytes": entry.size_bytes,
+        "ingest_time": entry.ingest_time,
+        "fingerprint": entry.fingerprint,
         "marker": [0.0] * REGISTRY_VECTOR_DIM,
     }
+
+
+def _in_kb(knowledge_base: str, expr: str) -> str:
+    return f"knowledge_base == {quote(knowledge_base)} and {expr}"
 
 
 class DocumentRegistry:
@@ -75,7 +103,7 @@ class DocumentRegistry:
 
     async def put(self, *entries: DocumentEntry) -> None:
         """Insert or replace the records of these versions (each one row: atomic)."""
-        rows = [_row(e) for e in entries]
+        rows = [row_of(e) for e in entries]
         for start in range(0, len(rows), _BATCH):
             await self._milvus.run(self._upsert, rows[start : start + _BATCH])
 
@@ -97,63 +125,65 @@ class DocumentRegistry:
     def _query(self, client: Any, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         return list(client.query(self._collection, filter=expr, output_fields=fields))
 
-    async def records(self, filename: str) -> list[DocumentEntry]:
+    async def records(
+        self, document_id: str, knowledge_base: str = DEFAULT_KB
+    ) -> list[DocumentEntry]:
         """Every record of one document (pending ones included), oldest first."""
-        rows = await self._milvus.run(
-            self._query, in_filter("filename", [filename]), REGISTRY_FIELDS
-        )
-        return sorted((_entry(r) for r in rows), key=lambda e: e.version)
+        return (await self.records_of([document_id], knowledge_base)).get(document_id, [])
 
-    async def records_of(self, filenames: Iterable[str]) -> dict[str, list[DocumentEntry]]:
-        """Every record of each named document (pending ones included), oldest first: one
-        query per 1000 names, for a write of many documents."""
-        names = sorted(set(filenames))
+    async def records_of(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, list[DocumentEntry]]:
+        """Every record of each named document of one knowledge base (pending ones
+        included), oldest first: one query per 1000 ids, for a write of many documents."""
+        ids = sorted(set(document_ids))
         out: dict[str, list[DocumentEntry]] = {}
-        for start in range(0, len(names), _BATCH):
-            rows = await self._milvus.run(
-                self._query, in_filter("filename", names[start : start + _BATCH]), REGISTRY_FIELDS
-            )
-            for entry in sorted((_entry(r) for r in rows), key=lambda e: e.version):
-                out.setdefault(entry.filename, []).append(entry)
+        for start in range(0, len(ids), _BATCH):
+            expr = _in_kb(knowledge_base, in_filter("document_id", ids[start : start + _BATCH]))
+            rows = await self._milvus.run(self._query, expr, REGISTRY_FIELDS)
+            for entry in sorted((entry_of(r) for r in rows), key=lambda e: e.version):
+                out.setdefault(entry.document_id, []).append(entry)
         return out
 
-    async def get(self, filename: str) -> DocumentEntry | None:
+    async def get(self, document_id: str, knowledge_base: str = DEFAULT_KB) -> DocumentEntry | None:
         """The current version of a document; None when it has none or was deleted."""
-        records = await self.records(filename)
-        current = current_of(RecordKey(e.filename, e.version, e.state) for e in records)
-        key = current.get(filename)
+        records = await self.records(document_id, knowledge_base)
+        key = current_of(record_key(e) for e in records).get((knowledge_base, document_id))
         if key is None or key.state == TOMBSTONE:
             return None
         return next(e for e in records if e.version == key.version)
 
-    async def current_versions(self, filenames: Iterable[str]) -> dict[str, str]:
-        """The current version of each named document that has one (deleted ones are absent):
-        what a reader filters recalled rows by."""
-        names = sorted(set(filenames))
-        if not names:
+    async def current_versions(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, str]:
+        """The current version of each named document of one knowledge base that has one
+        (deleted ones are absent), by document_id: what a reader filters recalled rows by."""
+        ids = sorted(set(document_ids))
+        if not ids:
             return {}
-        expr = f"{in_filter('filename', names)} and state != {PENDING}"
+        expr = _in_kb(knowledge_base, f"{in_filter('document_id', ids)} and state != {PENDING}")
         rows = await self._milvus.run(self._query, expr, REGISTRY_KEY_FIELDS)
-        current = current_of(RecordKey(r["filename"], r["version"], int(r["state"])) for r in rows)
-        return {name: k.version for name, k in current.items() if k.state == COMMITTED}
+        current = current_of(_key(r) for r in rows)
+        return {doc: k.version for (_, doc), k in current.items() if k.state == COMMITTED}
 
     def _scan(self, client: Any, expr: str) -> Generator[RecordKey, None, None]:
-        """Every matching record's key, in primary-key order, i.e. by filename then version
-        (`registry_pk`). A query iterator, because a plain query stops at Milvus's 16,384-row
-        window and returns rows in no order."""
+        """Every matching record's key, in primary-key order, i.e. by knowledge base, then
+        document_id, then version (`registry_pk`). A query iterator, because a plain query
+        stops at Milvus's 16,384-row window and returns rows in no order."""
         iterator = client.query_iterator(
             self._collection, batch_size=_BATCH, filter=expr, output_fields=REGISTRY_KEY_FIELDS
         )
         try:
             while batch := iterator.next():
                 for r in batch:
-                    yield RecordKey(r["filename"], r["version"], int(r["state"]))
+                    yield _key(r)
         finally:
             iterator.close()
 
-    async def scan(self) -> list[RecordKey]:
-        """Every record's key (reconciliation)."""
-        return await self._milvus.run(lambda client: list(self._scan(client, 'pk != ""')))
+    async def scan(self, knowledge_base: str | None = None) -> list[RecordKey]:
+        """Every record's key, of one knowledge base or of all (reconciliation, counts)."""
+        expr = 'pk != ""' if knowledge_base is None else _in_kb(knowledge_base, 'pk != ""')
+        return await self._milvus.run(lambda client: list(self._scan(client, expr)))
 
     async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
         """The complete records of `keys` (by primary key)."""
@@ -163,16 +193,19 @@ class DocumentRegistry:
             rows = await self._milvus.run(
                 self._query, in_filter("pk", pks[start : start + _BATCH]), REGISTRY_FIELDS
             )
-            out.extend(_entry(r) for r in rows)
+            out.extend(entry_of(r) for r in rows)
         return out
 
-    def _page_keys(self, client: Any, after: str, size: int) -> tuple[list[RecordKey], bool]:
-        """The current records of the `size` smallest live filenames after `after`, and whether
-        more follow. The scan arrives sorted by filename, so it stops after the page; should
-        a store ever return keys out of order, the whole rest is read and sorted instead."""
-        expr = f"state != {PENDING}"
+    def _page_keys(
+        self, client: Any, knowledge_base: str, after: str, size: int
+    ) -> tuple[list[RecordKey], bool]:
+        """The current records of the `size` smallest live document_ids of a knowledge base
+        after `after`, and whether more follow. The scan arrives sorted by document_id, so it
+        stops after the page; should a store ever return keys out of order, the whole rest is
+        read and sorted instead."""
+        expr = _in_kb(knowledge_base, f"state != {PENDING}")
         if after:
-            expr = f"filename > {quote(after)} and {expr}"
+            expr = f"document_id > {quote(after)} and {expr}"
         live: list[RecordKey] = []
         group: list[RecordKey] = []
         previous = ""
@@ -182,7 +215,7 @@ class DocumentRegistry:
                 scan.close()
                 return self._page_keys_unordered(client, expr, size)
             previous = _pk(key)
-            if group and key.filename != group[0].filename:
+            if group and key.document_id != group[0].document_id:
                 live.extend(k for k in current_of(group).values() if k.state == COMMITTED)
                 group = []
                 if len(live) > size:
@@ -197,14 +230,17 @@ class DocumentRegistry:
     ) -> tuple[list[RecordKey], bool]:
         current = current_of(self._scan(client, expr))
         live = [k for k in current.values() if k.state == COMMITTED]
-        smallest = heapq.nsmallest(size + 1, live, key=lambda k: k.filename)
+        smallest = heapq.nsmallest(size + 1, live, key=lambda k: k.document_id.encode())
         return smallest[:size], len(smallest) > size
 
-    async def page(self, page_size: int, page_token: str = "") -> DocumentPage:
-        """One page of current documents ordered by filename (AIP-158): `page_size` ≥ 1,
-        `page_token` "" for the first page or a previous page's `next_page_token`."""
+    async def page(
+        self, page_size: int, page_token: str = "", knowledge_base: str = DEFAULT_KB
+    ) -> DocumentPage:
+        """One page of a knowledge base's current documents ordered by document_id
+        (AIP-158): `page_size` ≥ 1, `page_token` "" for the first page or a previous page's
+        `next_page_token`."""
         after = decode_page_token(page_token) if page_token else ""
-        keys, more = await self._milvus.run(self._page_keys, after, page_size)
-        entries = sorted(await self.full(keys), key=lambda e: e.filename)
-        token = encode_page_token(entries[-1].filename) if more and entries else ""
+        keys, more = await self._milvus.run(self._page_keys, knowledge_base, after, page_size)
+        entries = sorted(await self.full(keys), key=lambda e: e.document_id.encode())
+        token = encode_page_token(entries[-1].document_id) if more and entries else ""
         return DocumentPage(entries, token)

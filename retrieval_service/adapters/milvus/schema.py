@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from retrieval_service.adapters.milvus.filters import quote
 from retrieval_service.core.ports import CHUNK_FIELDS
 from shared.lexical import bm25_text
 
@@ -24,21 +25,44 @@ ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
 #: carry two thirds of the characters; recall at a level holding such rows is refused at
 #: start-up (`unanalysed_problem`). No chunk's own BM25 text is ever a lone space.
 UNANALYSED = " "
-#: Appended to `MILVUS_COLLECTION`: the versioned layout (a `pk` per chunk version, commit
-#: records in the registry) lives in new collections, so a store of the earlier layout
-#: (`{collection}_l1` …, keyed by chunk_id) is left alone instead of failing the schema check.
-LAYOUT_SUFFIX = "_v2"
+#: Appended to `MILVUS_COLLECTION`: the knowledge-base layout (chunk rows with a
+#: `knowledge_base` partition key, `document_id`, `metadata` and `ingest_time`; the registry
+#: keyed by (knowledge base, document_id, version); the knowledge-base records) lives in new
+#: collections. A store of the previous versioned layout (`_v2`) is upgraded into them at
+#: start-up (`upgrade.py`); one of the first layout (`{collection}_l1` …) is left alone.
+LAYOUT_SUFFIX = "_v3"
+#: The versioned layout before knowledge bases (`upgrade.py` reads it).
+V2_SUFFIX = "_v2"
 VERSION_MAX = 64
-# A filename is at most 255 characters of at most 4 UTF-8 bytes, 2 hex digits each.
-REGISTRY_PK_MAX = 2 * 4 * 255 + 1 + VERSION_MAX
+#: A knowledge base's full name: `knowledge_bases/` and an id of at most 63 characters.
+KB_NAME_MAX = 128
+#: A document_id: 512 ASCII characters, or a default one (a file name of at most 255
+#: characters of at most 4 UTF-8 bytes).
+DOCUMENT_ID_MAX = 1024
+# The registry key: the knowledge base's and the document_id's UTF-8 bytes in hex, then the
+# version (`registry_pk`).
+REGISTRY_PK_MAX = 2 * KB_NAME_MAX + 1 + 2 * DOCUMENT_ID_MAX + 1 + VERSION_MAX
 OUTPUT_FIELDS = list(CHUNK_FIELDS)
 #: Everything a chunk row holds that a caller writes (the sparse field is the BM25 function's).
 WRITABLE_FIELDS = ["pk", *OUTPUT_FIELDS, "bm25_text", "dense"]
-REGISTRY_FIELDS = ["filename", "version", "state", "file_type", "pages", "page_counts"]
 #: What a scan of the registry needs to find the current version of each document.
-REGISTRY_KEY_FIELDS = ["filename", "version", "state"]
+REGISTRY_KEY_FIELDS = ["knowledge_base", "document_id", "version", "state"]
+REGISTRY_FIELDS = [
+    *REGISTRY_KEY_FIELDS,
+    "filename",
+    "file_type",
+    "pages",
+    "page_counts",
+    "metadata",
+    "content_sha256",
+    "size_bytes",
+    "ingest_time",
+    "fingerprint",
+]
+KNOWLEDGE_BASE_FIELDS = ["name", "display_name", "description", "create_time", "state"]
 ID_MAX = 2048
 REGISTRY_VECTOR_DIM = 2  # Milvus requires a vector field in every collection
+TEXT_MAX = 65535
 
 
 def chunk_schema(dim: int) -> Any:
@@ -68,6 +92,14 @@ def chunk_schema(dim: int) -> Any:
     schema.add_field("root_chunk_id", DataType.VARCHAR, max_length=ID_MAX)
     schema.add_field("chunk_level", DataType.INT64)
     schema.add_field("chunk_idx", DataType.INT64)
+    # Milvus's multi-tenancy: rows are hashed into partitions by knowledge base, and a search
+    # naming knowledge bases in its filter reads only their partitions.
+    schema.add_field(
+        "knowledge_base", DataType.VARCHAR, max_length=KB_NAME_MAX, is_partition_key=True
+    )
+    schema.add_field("document_id", DataType.VARCHAR, max_length=DOCUMENT_ID_MAX)
+    schema.add_field("metadata", DataType.JSON)
+    schema.add_field("ingest_time", DataType.INT64)  # epoch milliseconds
     schema.add_function(
         Function(
             name="text_bm25",
@@ -105,12 +137,34 @@ def registry_schema() -> Any:
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     # One record per document version (see `registry_pk`).
     schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=REGISTRY_PK_MAX)
+    schema.add_field("knowledge_base", DataType.VARCHAR, max_length=KB_NAME_MAX)
+    schema.add_field("document_id", DataType.VARCHAR, max_length=DOCUMENT_ID_MAX)
     schema.add_field("filename", DataType.VARCHAR, max_length=1024)
     schema.add_field("version", DataType.VARCHAR, max_length=VERSION_MAX)
     schema.add_field("state", DataType.INT64)
     schema.add_field("file_type", DataType.VARCHAR, max_length=64)
     schema.add_field("pages", DataType.INT64)
-    schema.add_field("page_counts", DataType.VARCHAR, max_length=65535)
+    schema.add_field("page_counts", DataType.VARCHAR, max_length=TEXT_MAX)
+    schema.add_field("metadata", DataType.JSON)
+    schema.add_field("content_sha256", DataType.VARCHAR, max_length=64)
+    schema.add_field("size_bytes", DataType.INT64)
+    schema.add_field("ingest_time", DataType.INT64)  # epoch milliseconds
+    schema.add_field("fingerprint", DataType.VARCHAR, max_length=64)
+    schema.add_field("marker", DataType.FLOAT_VECTOR, dim=REGISTRY_VECTOR_DIM)
+    return schema
+
+
+def knowledge_base_schema() -> Any:
+    from pymilvus import DataType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    # One record per knowledge base, keyed by its full name; also the upgrade's marker row
+    # (`UPGRADE_MARKER`), which is no knowledge base's name.
+    schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=KB_NAME_MAX)
+    schema.add_field("display_name", DataType.VARCHAR, max_length=TEXT_MAX)
+    schema.add_field("description", DataType.VARCHAR, max_length=TEXT_MAX)
+    schema.add_field("create_time", DataType.INT64)  # epoch milliseconds
+    schema.add_field("state", DataType.INT64)
     schema.add_field("marker", DataType.FLOAT_VECTOR, dim=REGISTRY_VECTOR_DIM)
     return schema
 
@@ -163,16 +217,25 @@ def schema_problems(description: dict[str, Any], expected_schema: Any) -> list[s
     return problems
 
 
-def registry_pk(filename: str, version: str) -> str:
-    """The primary key of one version's registry record: the filename's UTF-8 bytes in hex,
-    then the version. Hex digits sort above "#", so primary-key order is filename order
-    (then version order) — a query iterator, which walks primary keys in order, reads the
-    registry sorted by filename. With the raw name, "a b.txt#…" would sort before "a#…"."""
-    return f"{filename.encode().hex()}#{version}"
+def registry_pk(knowledge_base: str, document_id: str, version: str) -> str:
+    """The primary key of one version's registry record: the knowledge base's and the
+    document_id's UTF-8 bytes in hex, then the version. Hex digits sort above "#", so
+    primary-key order is knowledge-base order, then document_id order (then version order) —
+    a query iterator, which walks primary keys in order, reads a knowledge base's records
+    sorted by document_id. With the raw id, "a b.txt#…" would sort before "a#…"."""
+    return f"{knowledge_base.encode().hex()}#{document_id.encode().hex()}#{version}"
 
 
 def level_filter(level: int) -> str:
     return f"chunk_level == {level}"
+
+
+def scope_filter(level: int, knowledge_bases: Sequence[str], compiled: str | None) -> str:
+    """A search's expression: the level, the knowledge bases (the partition key: Milvus reads
+    only their partitions) and the compiled filter (`adapters.milvus.filters`), if any."""
+    names = ", ".join(quote(name) for name in knowledge_bases)
+    expr = f"{level_filter(level)} and knowledge_base in [{names}]"
+    return f"{expr} and ({compiled})" if compiled else expr
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,25 +270,30 @@ class SearchSpec:
         }
 
 
-def dense_spec(vector: Sequence[float], limit: int, level: int, *, hnsw_ef: int) -> SearchSpec:
-    """IP over a unit vector; ef is at least `limit` (HNSW returns at most ef hits)."""
+def dense_spec(
+    vector: Sequence[float], limit: int, level: int, *, hnsw_ef: int, expr: str | None = None
+) -> SearchSpec:
+    """IP over a unit vector; ef is at least `limit` (HNSW returns at most ef hits). `expr`:
+    the search's scope (`scope_filter`; default: the whole level)."""
     return SearchSpec(
         data=[list(map(float, vector))],
         anns_field="dense",
         param={"metric_type": "IP", "params": {"ef": max(hnsw_ef, limit)}},
         limit=limit,
-        expr=level_filter(level),
+        expr=expr or level_filter(level),
     )
 
 
-def bm25_spec(text: str, limit: int, level: int, *, drop_ratio: float) -> SearchSpec:
+def bm25_spec(
+    text: str, limit: int, level: int, *, drop_ratio: float, expr: str | None = None
+) -> SearchSpec:
     """BM25 over the query's `bm25_text`: the same stemming the stored text went through."""
     return SearchSpec(
         data=[bm25_text(text)],
         anns_field="sparse",
         param={"metric_type": "BM25", "params": {"drop_ratio_search": drop_ratio}},
         limit=limit,
-        expr=level_filter(level),
+        expr=expr or level_filter(level),
     )
 
 
