@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
+import pytest
+from google.protobuf.struct_pb2 import Struct
+from supermew.v1 import retrieval_pb2
+
 from shared.codec import chunk_from_proto, rag_trace_from_proto
 from tests.fakes.model_server import ModelScript, complexity, grade
 from tests.fakes.orchestrator_stack import start_stack
@@ -88,5 +93,75 @@ async def test_end_to_end_against_real_retrieval(tmp_path: Path) -> None:
             assert trace["hitl_targeted_retrieved_chunks"] == trace["retrieved_chunks"]
             assert "leave.md" in {d.filename for d in resumed.docs}
             assert stack.retrieval.queries == []  # the scripted retrieval was never used
+        finally:
+            await stack.aclose()
+
+
+async def test_a_run_within_knowledge_bases_and_a_filter_against_real_retrieval(tmp_path) -> None:
+    # The same file name in two knowledge bases, with metadata: every retrieval of a simple, a
+    # complex and a resumed run sees only what the run's knowledge base and filter admit.
+    ms = ModelScript()
+    ms.add("complexity_classification", Q_COMPLEX, complexity("complex", "两项制度", [SUB1, SUB2]))
+    ms.add(
+        "evidence_grade",
+        Q_AMBIG,
+        grade("weak", "partial", "clarify", ambiguity="missing_slot", missing_slots=["制度名称"]),
+    )
+    ms.fallback = lambda task, q: grade("strong", "sufficient", "answer", confidence=0.9)
+    sales, eng = Struct(), Struct()
+    sales.update({"department": "sales", "year": 2024})
+    eng.update({"department": "eng", "year": 2022})
+    async with running_service(tmp_path / "kb.db") as retrieval:
+        for kb in ("hr", "eng"):
+            await retrieval.stub.CreateKnowledgeBase(
+                retrieval_pb2.CreateKnowledgeBaseRequest(knowledge_base_id=kb)
+            )
+        for kb, meta in (("hr", sales), ("eng", eng)):
+            await retrieval.stub.IngestDocuments(
+                retrieval_pb2.IngestDocumentsRequest(
+                    knowledge_base=kb,
+                    documents=[
+                        retrieval_pb2.SourceDocument(
+                            filename=name, content=text.encode(), metadata=meta
+                        )
+                        for name, text in DOCS.items()
+                    ],
+                )
+            )
+        stack = await start_stack(ms, retrieval_addr=f"127.0.0.1:{retrieval.port}")
+        scope = {"knowledge_bases": ["hr"], "filter": 'metadata.department = "sales"'}
+
+        def admitted(docs) -> bool:
+            found = [chunk_from_proto(d) for d in docs]
+            return bool(found) and all(
+                d["knowledge_base"] == "knowledge_bases/hr"
+                and d["metadata"] == {"department": "sales", "year": 2024}
+                and d["document_id"] == d["filename"]
+                for d in found
+            )
+
+        try:
+            assert admitted((await stack.run(Q_SIMPLE, **scope)).docs)
+            complex_ = await stack.run(Q_COMPLEX, **scope)
+            assert complex_.rag_trace.sub_agent_count == 2 and admitted(complex_.docs)
+            # The other knowledge base's copy of the same files is not mixed in.
+            assert len({d.chunk_id for d in complex_.docs}) == len(complex_.docs)
+
+            ambiguous = await stack.run(Q_AMBIG, **scope)
+            assert ambiguous.route == "clarify"
+            resumed = await stack.resume(ambiguous.hitl_resume_state, ANSWER, **scope)
+            assert resumed.route == "answer" and admitted(resumed.docs)
+
+            nothing = await stack.run(Q_SIMPLE, knowledge_bases=["eng"], filter=scope["filter"])
+            assert list(nothing.docs) == [] and nothing.route == "no_knowledge"
+
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stack.run(Q_SIMPLE, knowledge_bases=["nope"])
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            assert (err.value.details() or "").startswith("knowledge_bases")
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stack.run(Q_SIMPLE, filter="metadata.department = ")
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (err.value.details() or "").startswith("filter")
         finally:
             await stack.aclose()
