@@ -112,8 +112,22 @@ def test_readme_knowledge_base_calls_in_order(services: dict[int, int]) -> None:
     assert "knowledge_bases/hr" not in _knowledge_bases(services[50051])
 
 
+def _drop_hr(port: int) -> None:
+    """A failed earlier test may have left the walk-through's knowledge base behind."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        try:
+            stub.DeleteKnowledgeBase(
+                retrieval_pb2.DeleteKnowledgeBaseRequest(name="knowledge_bases/hr", force=True),
+                timeout=60,
+            )
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+
+
 def test_readme_cli_lines_in_order(services: dict[int, int], tmp_path: Path) -> None:
     _, cli = kb_blocks()
+    _drop_hr(services[50051])
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "leave.md").write_text(LEAVE, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "RETRIEVAL_ADDR"))}
