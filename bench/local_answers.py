@@ -1,0 +1,194 @@
+"""Answers a newcomer can trust: the built-in local model on a small evaluation set of its own
+(`bench/data/local_answers/`), through the real `Run` RPC on Milvus Lite with the built-in
+embedder, as `make run` serves it.
+
+The set: 14 documents of different shapes — Markdown handbooks and manuals with headings, two
+FAQs, an HTML page, a GBK-encoded Chinese text file, two .docx files whose facts sit in a table
+(built here from `*.docx.json`), a two-page PDF report (built here from `*.pdf.json`), zh and
+en — and `questions.json`: each question with its expected route (`a|b` accepts either) and,
+for answers, the sentence (or table row, as the loader joins its cells) that supports it.
+About a quarter ask about an entity the corpus does not hold, or only a neighbour of it
+(team B beside team A, Kestrel 3 beside Kestrel 2, Orion Enterprise beside Basic and Pro).
+
+Printed: route accuracy; answer accuracy (route `answer` and a citation's quote contains the
+supporting sentence); `no_knowledge` precision (of the questions routed `no_knowledge`, the share
+whose expected route allows it); and every miss."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import grpc
+from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+
+from bench._retrieval_rig import MODES, bench_settings, quiet, scratch_db, serve_modes
+from orchestrator_service.bootstrap import build_app
+from orchestrator_service.settings import OrchestratorSettings
+from retrieval_service.bootstrap import create_app
+from retrieval_service.core.ingest.validation import SourceDocument
+
+DATA = Path(__file__).resolve().parent / "data" / "local_answers"
+
+
+def make_docx(spec: dict[str, list]) -> bytes:
+    import docx
+
+    document = docx.Document()
+    for paragraph in spec.get("paragraphs", []):
+        document.add_paragraph(paragraph)
+    for rows in spec.get("tables", []):
+        table = document.add_table(rows=len(rows), cols=len(rows[0]))
+        for row, cells in zip(table.rows, rows, strict=True):
+            for cell, text in zip(row.cells, cells, strict=True):
+                cell.text = text
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def make_pdf(pages: list[list[str]]) -> bytes:
+    """A minimal valid PDF, one Helvetica text line per entry of each page (ASCII)."""
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for i, lines in enumerate(pages):
+        shown = " 0 -16 Td ".join(
+            "(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj"
+            for line in lines
+        )
+        stream = f"BT /F1 10 Tf 40 740 Td {shown} ET".encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
+            f"/Resources << /Font << /F1 3 0 R >> >> >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % n + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    )
+    return out.getvalue()
+
+
+def documents() -> list[SourceDocument]:
+    found = []
+    for path in sorted((DATA / "docs").iterdir()):
+        if path.name.endswith(".docx.json"):
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            found.append(SourceDocument(path.name[: -len(".json")], make_docx(spec)))
+        elif path.name.endswith(".pdf.json"):
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            found.append(SourceDocument(path.name[: -len(".json")], make_pdf(spec["pages"])))
+        else:
+            found.append(SourceDocument(path.name, path.read_bytes()))
+    return found
+
+
+def questions() -> list[dict[str, str]]:
+    return json.loads((DATA / "questions.json").read_text(encoding="utf-8"))
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def supported(result: orchestrator_pb2.RunResult, support: str) -> bool:
+    want = _norm(support)
+    return any(want in _norm(c.quote) for c in result.answer.citations)
+
+
+async def run() -> list[dict[str, object]]:
+    quiet()
+    outcomes: list[dict[str, object]] = []
+    with scratch_db("bench-local-answers-") as db:
+        app = await create_app(bench_settings(db))
+        await app.ingestor.ingest(documents())
+        orchestrator = None
+        try:
+            async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
+                orchestrator = build_app(
+                    OrchestratorSettings(
+                        _env_file=None,
+                        orchestrator_port=0,
+                        bind_host="127.0.0.1",
+                        retrieval_addr=endpoints["hybrid+merge"].address,
+                        llm_base_url=None,
+                        log_level="WARNING",
+                    )
+                )
+                port = await orchestrator.server.start()
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+                    for item in questions():
+                        result = await stub.Run(
+                            orchestrator_pb2.RunRequest(
+                                question=item["question"], generate_answer=True
+                            )
+                        )
+                        outcomes.append({**item, "result": result})
+        finally:
+            if orchestrator is not None:
+                await orchestrator.server.stop(0)
+                await orchestrator.aclose()
+            await app.aclose()
+    return outcomes
+
+
+def score(outcomes: list[dict[str, object]]) -> dict[str, float]:
+    def route_ok(o: dict[str, object]) -> bool:
+        return o["result"].route in str(o["route"]).split("|")  # type: ignore[attr-defined]
+
+    answers = [o for o in outcomes if o["route"] == "answer"]
+    nk = [o for o in outcomes if o["result"].route == "no_knowledge"]  # type: ignore[attr-defined]
+    return {
+        "route accuracy": sum(map(route_ok, outcomes)) / len(outcomes),
+        "answer accuracy": sum(
+            o["result"].route == "answer" and supported(o["result"], str(o["support"]))  # type: ignore[attr-defined]
+            for o in answers
+        )
+        / len(answers),
+        "no_knowledge precision": (
+            sum("no_knowledge" in str(o["route"]) for o in nk) / len(nk) if nk else 0.0
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    outcomes = asyncio.run(run())
+    items = questions()
+    answers = sum(q["route"] == "answer" for q in items)
+    zh = sum(bool(re.search(r"[\u4e00-\u9fff]", q["question"])) for q in items)
+    print(
+        f"{len(documents())} documents, {len(items)} questions ({answers} answerable, "
+        f"{len(items) - answers} absent or near-miss; {zh} zh, {len(items) - zh} en), "
+        "one Run each with generate_answer"
+    )
+    for name, value in score(outcomes).items():
+        print(f"{name:<26}{value:.3f}")
+    print("misses:")
+    for o in outcomes:
+        result = o["result"]
+        ok_route = result.route in str(o["route"]).split("|")  # type: ignore[attr-defined]
+        ok_answer = o["route"] != "answer" or supported(result, str(o["support"]))  # type: ignore[arg-type]
+        if ok_route and ok_answer:
+            continue
+        text = _norm(result.answer.text)[:110] if result.HasField("answer") else ""  # type: ignore[attr-defined]
+        print(f"  [{o['route']} → {result.route}] {o['question']}  {text}")  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
