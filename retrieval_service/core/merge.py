@@ -13,13 +13,22 @@ from shared.scores import fold_score
 Doc = dict[str, Any]
 
 
+def merge_key(chunk_id: str, doc: Mapping[str, Any]) -> str:
+    """What identifies `doc`'s parent `chunk_id` among the candidates: the id in the version
+    of the child that names it (`{chunk_id}#{version}`), since one chunk id names a chunk in
+    each knowledge base (every version is unique); the plain id for a doc without a version."""
+    version = doc.get("version")
+    return f"{chunk_id}#{version}" if version else chunk_id
+
+
 def _parent_of(doc: Mapping[str, Any]) -> str:
-    return str(doc.get("parent_chunk_id") or "").strip()
+    parent = str(doc.get("parent_chunk_id") or "").strip()
+    return merge_key(parent, doc) if parent else ""
 
 
 def parents_to_merge(docs: list[Doc], threshold: int) -> dict[str, int]:
-    """Parent ids whose children currently in `docs` number at least `threshold`, mapped to
-    the level of those children (the parent lives one level up)."""
+    """Parents (by `merge_key`) whose children currently in `docs` number at least
+    `threshold`, mapped to the level of those children (the parent lives one level up)."""
     counts = Counter(p for p in map(_parent_of, docs) if p)
     levels: dict[str, int] = {}
     for doc in docs:
@@ -33,8 +42,8 @@ def merge_pass(
     docs: list[Doc], threshold: int, parents: Mapping[str, Mapping[str, Any]]
 ) -> tuple[list[Doc], int]:
     """Replace each qualifying group of siblings by its parent, placed at the first child's
-    position, scored with the best child score; returns (docs, children replaced). A parent
-    that `parents` does not hold leaves its children as they are."""
+    position, scored with the best child score; returns (docs, children replaced). `parents`
+    is keyed by `merge_key`; a parent it does not hold leaves its children as they are."""
     qualifying = parents_to_merge(docs, threshold)
     if not qualifying:
         return list(docs), 0

@@ -17,7 +17,13 @@ from retrieval_service.core.errors import STORE_FAILURES, EmbedderUnavailable
 from retrieval_service.core.filters import parse_filter
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.ingest.ingestor import Require, any_well_formed
-from retrieval_service.core.merge import Doc, MergeOutcome, merge_pass, parents_to_merge
+from retrieval_service.core.merge import (
+    Doc,
+    MergeOutcome,
+    merge_key,
+    merge_pass,
+    parents_to_merge,
+)
 from retrieval_service.core.meta import CandidateKSource, RetrievalMeta, RetrievalMode
 from retrieval_service.core.ports import (
     ChunkRepository,
@@ -251,16 +257,19 @@ class RetrievalPipeline:
         current, replaced, steps = list(docs), 0, 0
         for _ in range(2):  # L3 → L2, then L2 → L1
             wanted = parents_to_merge(current, cfg.auto_merge_threshold)
-            # A parent is read in the version of the child that names it, never another one.
-            version_of = {str(d.get("parent_chunk_id") or ""): d.get("version") for d in current}
+            # A parent is read in the version of the child that names it, never another one;
+            # one read per level and knowledge base (a chunk id is unique within one).
+            reads: dict[tuple[int, str], dict[str, tuple[str, str]]] = {}
+            for d in current:
+                parent_id = str(d.get("parent_chunk_id") or "").strip()
+                key = merge_key(parent_id, d) if parent_id else ""
+                if wanted.get(key, 0) > 1:
+                    read = reads.setdefault((wanted[key] - 1, _kb(d)), {})
+                    read[key] = (parent_id, str(d.get("version") or ""))
             parents: dict[str, Doc] = {}
-            by_level: dict[int, list[tuple[str, str]]] = {}
-            for parent_id, child_level in wanted.items():
-                if child_level > 1:
-                    key = (parent_id, str(version_of.get(parent_id) or ""))
-                    by_level.setdefault(child_level - 1, []).append(key)
-            for level, keys in sorted(by_level.items()):
-                parents.update(await self._store.get_versioned(level, keys))
+            for (level, _), keys in sorted(reads.items()):
+                got = await self._store.get_versioned(level, list(keys.values()))
+                parents.update({k: got[pid] for k, (pid, _) in keys.items() if pid in got})
             current, count = merge_pass(current, cfg.auto_merge_threshold, parents)
             replaced += count
             steps += count > 0

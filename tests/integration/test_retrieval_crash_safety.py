@@ -182,7 +182,7 @@ async def rows_of(svc: Service, filename: str) -> dict[int, list[dict[str, Any]]
 async def pending_rows(svc: Service) -> dict[int, int]:
     """The rows per level of DOC's one pending version."""
     pending = [k for k in await svc.app.registry.scan() if k.state == PENDING]
-    assert [k.filename for k in pending] == [DOC]
+    assert [k.document_id for k in pending] == [DOC]
     rows = await rows_of(svc, DOC)
     return {lvl: sum(r["version"] == pending[0].version for r in rows[lvl]) for lvl in LEVELS}
 
@@ -202,7 +202,7 @@ async def assert_whole(svc: Service, counts: Versions) -> str:
     assert store_counts == tuple(sum(c[i] for c in listing.values()) for i in range(3))
     keys = await svc.app.registry.scan()
     # A live delete's tombstone stays until the next reconciliation.
-    assert sorted(k.filename for k in keys if k.state != TOMBSTONE) == sorted(listing)
+    assert sorted(k.document_id for k in keys if k.state != TOMBSTONE) == sorted(listing)
     rows = await rows_of(svc, DOC)
     texts = [r["text"] for lvl in LEVELS for r in rows[lvl]]
     if DOC not in listing:
@@ -210,7 +210,7 @@ async def assert_whole(svc: Service, counts: Versions) -> str:
         docs, _ = await svc.retrieve(OLD_QUERY, top_k=10)
         assert not any("lighthouse" in d["text"] or "glacier" in d["text"] for d in docs)
         return "gone"
-    current = next(k.version for k in keys if k.filename == DOC)
+    current = next(k.version for k in keys if k.document_id == DOC)
     assert {r["version"] for lvl in LEVELS for r in rows[lvl]} == {current}
     assert tuple(len(rows[lvl]) for lvl in LEVELS) == listing[DOC]
     which = "old" if listing[DOC] == counts.old else "new"

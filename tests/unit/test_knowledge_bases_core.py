@@ -387,3 +387,26 @@ async def test_a_deletion_that_fails_before_its_mark_leaves_the_knowledge_base_w
     assert await kbs.reconcile() == 0
     assert (world.rows(TEAM), world.registry.entries()) == before
     assert (await kbs.get("team")).document_count == 1
+
+
+async def test_auto_merge_keeps_one_chunk_id_of_two_knowledge_bases_apart(world: World) -> None:
+    """Chunk ids are unique within a knowledge base only: the parents merged for the children
+    of `notes.md` in one are never those of `notes.md` in the other."""
+    kbs, ingestor = world.build()
+    await ingestor.ingest([doc("notes.md", SEA)])
+    await ingestor.ingest(
+        [doc("notes.md", SEA.replace("seagulls", "puffins"))], knowledge_base="team"
+    )
+    pipeline = RetrievalPipeline(
+        world.chunks,
+        world.embedder,
+        ScoreSortReranker(),
+        RetrievalConfig(top_k=20, auto_merge_threshold=1),
+        world.registry,
+        require=kbs.require,
+    )
+    result = await pipeline.retrieve("lighthouse keeper cliff", knowledge_bases=["team", "default"])
+    assert result.meta.auto_merge_applied
+    by_kb = {d["knowledge_base"]: d for d in result.docs}
+    assert set(by_kb) == {DEFAULT_KB, TEAM}
+    assert "seagulls" in by_kb[DEFAULT_KB]["text"] and "puffins" in by_kb[TEAM]["text"]
