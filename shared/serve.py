@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from shared.errors import (
     AlreadyExists,
@@ -46,7 +46,15 @@ log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION_SERVICE = reflection.SERVICE_NAME
-_OPEN_PREFIXES = (f"/{HEALTH_SERVICE}/", f"/{REFLECTION_SERVICE}/")
+# grpc.reflection.v1 is v1alpha under another package name (same messages, same wire form);
+# grpcio-reflection serves v1alpha only, so v1 is added here: buf curl and newer grpcurl ask
+# v1 first (docs/api.md#servers).
+REFLECTION_V1_SERVICE = "grpc.reflection.v1.ServerReflection"
+_OPEN_PREFIXES = (
+    f"/{HEALTH_SERVICE}/",
+    f"/{REFLECTION_SERVICE}/",
+    f"/{REFLECTION_V1_SERVICE}/",
+)
 
 # The one place a domain error becomes a status code (docs/api.md#status-codes). Keyed by the
 # exact classes of shared.errors; a subclass takes its nearest listed base's code. DomainError
@@ -238,6 +246,22 @@ def _unauthenticated_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcM
     return grpc.unary_unary_rpc_method_handler(deny, deserializer, serializer)
 
 
+def _add_reflection(service_names: Sequence[str], server: grpc.aio.Server) -> None:
+    """Reflection v1alpha and v1, one servicer behind both. v1 is served but not listed: its
+    descriptors are not in the pool, and `buf curl --list-methods` describes every listed
+    service."""
+    servicer = reflection.aio.ReflectionServicer(service_names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1_SERVICE, {"ServerReflectionInfo": v1}),)
+    )
+
+
 class GrpcServer:
     """One service's server: its servicers plus health (`""` and the service's full name) and
     reflection, behind the error-mapping and (optional) auth interceptors. `reuse_port` lets
@@ -298,9 +322,7 @@ class GrpcServer:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         self._add_servicers(server)
-        reflection.enable_server_reflection(
-            (*self._service_names, HEALTH_SERVICE, REFLECTION_SERVICE), server
-        )
+        _add_reflection((*self._service_names, HEALTH_SERVICE, REFLECTION_SERVICE), server)
         return server
 
     async def start(self) -> int:

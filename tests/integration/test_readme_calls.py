@@ -49,8 +49,16 @@ def _wait_serving(port: int, proc: subprocess.Popen[bytes], timeout: float = 120
     raise TimeoutError(f"service on port {port} not SERVING after {timeout}s")
 
 
-@pytest.fixture(scope="module")
-def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, int]]:
+Services = tuple[dict[int, int], str | None]
+
+
+# Without and with AUTH_TOKEN: health and reflection (v1, which buf curl asks first, and
+# v1alpha) stay open, and the README's calls pass with the header it says to add.
+@pytest.fixture(scope="module", params=[None, "s3cret"], ids=["open", "auth"])
+def services(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Services]:
+    token: str | None = request.param
     data = tmp_path_factory.mktemp("readme")
     ports = {name: free_port() for name in DEFAULT_PORTS}
     env = {
@@ -70,6 +78,8 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, int
         LLM_BASE_URL="http://127.0.0.1:9/v1",
         MODEL="unused",
     )
+    if token:
+        env["AUTH_TOKEN"] = token
     procs = [
         subprocess.Popen([sys.executable, "-m", f"{name}_service"], cwd=ROOT, env=env)
         for name in DEFAULT_PORTS
@@ -77,7 +87,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, int
     try:
         for name, proc in zip(DEFAULT_PORTS, procs, strict=True):
             _wait_serving(ports[name], proc)
-        yield {DEFAULT_PORTS[name]: ports[name] for name in DEFAULT_PORTS}
+        yield {DEFAULT_PORTS[name]: ports[name] for name in DEFAULT_PORTS}, token
     finally:
         for proc in procs:
             proc.terminate()
@@ -88,11 +98,15 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, int
                 proc.kill()
 
 
-def _run(line: str, port_map: dict[int, int]) -> subprocess.CompletedProcess[str]:
+def _run(line: str, services: Services) -> subprocess.CompletedProcess[str]:
+    port_map, token = services
     for default, actual in port_map.items():
         line = line.replace(f"localhost:{default}", f"127.0.0.1:{actual}")
     argv = shlex.split(line)
     argv[0] = str(BIN / argv[0])  # the real binaries that `make setup` installs
+    if token:  # the README: "add -H 'authorization: Bearer <token>'"
+        at = 2 if argv[1] == "curl" else 1
+        argv[at:at] = ["-H", f"authorization: Bearer {token}"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
@@ -105,7 +119,7 @@ def test_readme_has_grpcurl_and_buf_calls() -> None:
 @pytest.mark.parametrize(
     "line", [c for c in readme_calls() if INTROSPECTION.search(c)], ids=lambda c: c[:70]
 )
-def test_readme_introspection_call(services: dict[int, int], line: str) -> None:
+def test_readme_introspection_call(services: Services, line: str) -> None:
     result = _run(line, services)
     assert result.returncode == 0, result.stderr
     out = result.stdout

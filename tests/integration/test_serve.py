@@ -225,3 +225,33 @@ async def test_bearer_token_required_but_health_and_reflection_stay_open():
     finally:
         await channel.close()
         await server.stop(0)
+
+
+async def _reflected_names(channel: grpc.aio.Channel, service: str) -> set[str]:
+    """list_services over reflection `service` (v1 shares v1alpha's messages on the wire)."""
+    call = channel.stream_stream(
+        f"/{service}/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    names: set[str] = set()
+    async for reply in call(iter([reflection_pb2.ServerReflectionRequest(list_services="")])):
+        names |= {s.name for s in reply.list_services_response.service}
+    return names
+
+
+@pytest.mark.parametrize(
+    "reflection",
+    ["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"],
+)
+async def test_reflection_v1_and_v1alpha_stay_open_under_auth_token(reflection):
+    # buf curl asks grpc.reflection.v1 first; it was refused UNAUTHENTICATED under AUTH_TOKEN.
+    server, _ = await _start(token="s3cret")
+    channel = grpc.aio.insecure_channel(server.address)
+    try:
+        names = await _reflected_names(channel, reflection)
+        assert {RETRIEVAL, ORCHESTRATOR, "grpc.health.v1.Health"} <= names
+        assert await _health(channel, "") == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await channel.close()
+        await server.stop(0)
