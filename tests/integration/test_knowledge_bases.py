@@ -462,7 +462,7 @@ def v2_registry_schema() -> Any:
 
 
 #: One document of the old layout: an L1, an L2 and two leaves on page 0.
-V2_VERSION = "00000001700000000000-abcd1234"
+V2_VERSION = f"{1_700_000_000 * 10**9:020d}-abcd1234"
 V2_TEXTS = {
     1: ["The lighthouse keeper counts seagulls. The glacier melts slowly."],
     2: ["The lighthouse keeper counts seagulls. The glacier melts slowly."],
@@ -543,7 +543,7 @@ async def write_v2_store(db: Path, collection: str, embedder: HashingEmbedder) -
 async def test_a_store_of_the_previous_layout_is_upgraded_in_place(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     embedder = HashingEmbedder(DIM)
-    await write_v2_store(db, "supermew", embedder)
+    await write_v2_store(db, "supermew_chunks", embedder)
     async with running_service(db, embedder=embedder) as service:
         (info,) = await listed(service)
         assert (info.document_id, info.filename, info.knowledge_base) == (
@@ -558,7 +558,7 @@ async def test_a_store_of_the_previous_layout_is_upgraded_in_place(tmp_path: Pat
         assert docs and docs[0]["document_id"] == "old.md"
         assert docs[0]["knowledge_base"] == DEFAULT_KB
         names = await service.app.store.run(lambda client: client.list_collections())
-        assert not any(name.startswith("supermew_v2") for name in names)
+        assert not any(name.startswith("supermew_chunks_v2") for name in names)
         # The upgraded document is replaced and deleted like any other.
         replaced = await ingest(service, source("old.md", SEA))
         assert replaced.documents[0].replaced
