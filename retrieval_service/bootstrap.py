@@ -235,6 +235,8 @@ async def reconcile_periodically(app: RetrievalApp) -> None:
     while True:
         await asyncio.sleep(max(grace / 2, 1.0))
         try:
+            # A knowledge base a crashed replica left DELETING (finishing it twice is harmless).
+            await app.knowledge_bases.reconcile()
             await app.ingestor.reconcile(grace)
         except STORE_FAILURES:
             log.warning("periodic reconciliation failed; retrying at the next period")
