@@ -7,6 +7,7 @@ socket."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -410,3 +411,27 @@ async def test_auto_merge_keeps_one_chunk_id_of_two_knowledge_bases_apart(world:
     by_kb = {d["knowledge_base"]: d for d in result.docs}
     assert set(by_kb) == {DEFAULT_KB, TEAM}
     assert "seagulls" in by_kb[DEFAULT_KB]["text"] and "puffins" in by_kb[TEAM]["text"]
+
+
+async def test_an_ingest_racing_the_deletion_of_its_knowledge_base_leaves_nothing(
+    world: World,
+) -> None:
+    """The deletion removes the rows under the writer's lock; the ingest's next write finds
+    the knowledge base gone, stops NOT_FOUND and removes what it wrote."""
+    kbs, _ = world.build()
+    long_text = "".join(f"Sentence number {i} about the lighthouse keeper. " for i in range(60))
+    started = asyncio.Event()
+
+    async def checkpoint(name: str) -> None:
+        if name == "during_level_3" and not started.is_set():
+            started.set()
+            await asyncio.sleep(0.05)  # the deletion runs while this ingest is midway
+
+    _, ingestor = world.build(checkpoint)
+    kbs = KnowledgeBases(world.kb_store, world.registry, purge=ingestor.purge)
+    ingest = asyncio.ensure_future(ingestor.ingest([doc("a.md", long_text)], knowledge_base="team"))
+    await started.wait()
+    await kbs.delete("team", force=True)
+    with pytest.raises(NotFound):
+        await ingest
+    assert world.rows(TEAM) == [] and await world.registry.scan(TEAM) == []

@@ -235,11 +235,16 @@ class Ingestor:
                 await handover.put(window, len(window))
 
     async def _write_windows(
-        self, handover: Handover[Window], reports: list[tuple[int, IngestedDocument]]
+        self,
+        handover: Handover[Window],
+        reports: list[tuple[int, IngestedDocument]],
+        knowledge_base: str,
     ) -> None:
         """Writes each embedded window as it arrives, together with every window already
         waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes;
-        seals every SEAL_EVERY_ROWS rows."""
+        seals every SEAL_EVERY_ROWS rows. Each write first checks that the knowledge base
+        still exists: one deleted meanwhile (its rows removed under this lock) ends the
+        ingest NOT_FOUND rather than leaving rows behind it."""
         closed = False
         unsealed = 0
         while not closed:
@@ -255,6 +260,7 @@ class Ingestor:
                 taken.append(more)
             staged, completed = stage([w for w, _ in taken], self._bm25_levels)
             async with self._lock:
+                await self._require(knowledge_base, "knowledge_base")
                 await self._versions.commit(staged, completed)
                 unsealed += sum(map(len, staged.values()))
                 if unsealed >= SEAL_EVERY_ROWS:
@@ -306,8 +312,9 @@ class Ingestor:
             embedder = asyncio.ensure_future(self._embed(versions, handover, deadline, progress))
             tasks = [embedder]
             async with self._lock:
+                await self._require(kb, "knowledge_base")
                 await self._versions.begin(versions)
-            writer = asyncio.ensure_future(self._write_windows(handover, reports))
+            writer = asyncio.ensure_future(self._write_windows(handover, reports, kb))
             tasks.append(writer)
             await asyncio.wait({writer, embedder}, return_when=asyncio.FIRST_COMPLETED)
             if writer.done():  # before the embedder: only by a failed write
