@@ -204,8 +204,9 @@ async def served(db: str) -> AsyncIterator[Served]:
 
 
 async def write(svc: Served, kbs: list[str], documents: list[Document]) -> float:
-    """Creates the knowledge bases, writes the documents' rows and records, flushes, and waits
-    for Milvus Lite's background index build; returns the seconds it took."""
+    """Creates the knowledge bases, writes the documents' rows and records, seals them as an
+    ingest does, and waits for Milvus Lite's background index build; returns the seconds it
+    took."""
     from pymilvus import MilvusClient
 
     started = time.perf_counter()
@@ -224,10 +225,11 @@ async def write(svc: Served, kbs: list[str], documents: list[Document]) -> float
             raw.insert(leaf_collection, [leaf for d in batch for leaf in d.leaves])
             raw.insert(parent_collection, [d.parent for d in batch])
             await svc.app.registry.put(*(d.entry for d in batch))
-        raw.flush(leaf_collection)
-        raw.flush(parent_collection)
     finally:
         raw.close()
+    # Every collection, the registry's included, into indexed segments, as each ingest seals
+    # on Milvus Lite (a registry left in the memtable is scanned row by row on every read).
+    await svc.app.store.seal()
     wait_lite_idle(svc.app)
     return time.perf_counter() - started
 
