@@ -14,6 +14,13 @@ SERVICE_NAME = "supermew.v1.OrchestratorService"
 
 class OrchestratorSettings(ServerSettings):
     orchestrator_port: int = Field(50052, ge=0, le=65535)
+    orchestrator_metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="This service's `/metrics` port; overrides METRICS_PORT (`make run` "
+        "gives each service its own).",
+    )
     orchestrator_workers: int | Literal["auto"] = Field(
         1,
         description="Server processes sharing ORCHESTRATOR_PORT (SO_REUSEPORT), each with its "
@@ -81,3 +88,11 @@ class OrchestratorSettings(ServerSettings):
         if self.retrieval_tls_cert_file and not self.retrieval_tls_ca_file:
             raise ValueError("RETRIEVAL_TLS_CERT_FILE needs RETRIEVAL_TLS_CA_FILE")
         return self
+
+    @model_validator(mode="after")
+    def _service_metrics_port(self) -> OrchestratorSettings:
+        self._own_metrics_port("ORCHESTRATOR_METRICS_PORT", self.orchestrator_metrics_port)
+        return self
+
+    def listen_ports(self) -> dict[str, int]:
+        return {**super().listen_ports(), "ORCHESTRATOR_PORT": self.orchestrator_port}

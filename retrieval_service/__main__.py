@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -44,13 +45,20 @@ def main(argv: list[str] | None = None) -> int:
         from retrieval_service.cli import main as cli_main
 
         return cli_main(argv)
-    # Settings are read once, before pymilvus is imported (bootstrap clears MILVUS_URI first).
-    from retrieval_service.bootstrap import serve_app
-
     checkpoint = crash_hook(os.environ.get(CRASH_AT_ENV))
     return run_service(
-        "retrieval_service", RetrievalSettings, partial(serve_app, checkpoint=checkpoint)
+        "retrieval_service", RetrievalSettings, partial(_serve, checkpoint=checkpoint)
     )
+
+
+async def _serve(
+    settings: RetrievalSettings, on_started: Callable[[], None], *, checkpoint: Checkpoint
+) -> None:
+    # Imported once the settings are read and the ports checked free (a busy port fails
+    # before the slow import), and before pymilvus (bootstrap clears MILVUS_URI first).
+    from retrieval_service.bootstrap import serve_app
+
+    await serve_app(settings, on_started, checkpoint=checkpoint)
 
 
 if __name__ == "__main__":

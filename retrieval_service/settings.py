@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.settings import ServerSettings
 
@@ -11,6 +11,13 @@ SERVICE_NAME = "supermew.v1.RetrievalService"
 
 class RetrievalSettings(ServerSettings):
     retrieval_port: int = Field(50051, ge=0, le=65535)
+    retrieval_metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="This service's `/metrics` port; overrides METRICS_PORT (`make run` "
+        "gives each service its own).",
+    )
 
     milvus_uri: str = Field(
         "./data/supermew.db",
@@ -72,3 +79,11 @@ class RetrievalSettings(ServerSettings):
     samples_dir: str | None = Field(
         None, description="Folder ingested at start-up when the store is empty (`make run`)."
     )
+
+    @model_validator(mode="after")
+    def _service_metrics_port(self) -> RetrievalSettings:
+        self._own_metrics_port("RETRIEVAL_METRICS_PORT", self.retrieval_metrics_port)
+        return self
+
+    def listen_ports(self) -> dict[str, int]:
+        return {**super().listen_ports(), "RETRIEVAL_PORT": self.retrieval_port}

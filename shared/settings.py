@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -62,6 +62,27 @@ class ServerSettings(BaseSettings):
         description="A second, plaintext port serving only grpc.health.v1 (kubelet gRPC probes "
         "cannot speak TLS); unset = none.",
     )
+
+    def listen_ports(self) -> dict[str, int]:
+        """The fixed ports this process will listen on, by the variable that sets each:
+        checked free at start-up before anything slow opens (shared.startup). A service adds
+        its own gRPC port."""
+        ports = {"HEALTH_PORT": self.health_port, self.metrics_port_setting: self.metrics_port}
+        return {name: port for name, port in ports.items() if port}
+
+    @property
+    def metrics_port_setting(self) -> str:
+        """The variable that set `metrics_port`: a service's own (RETRIEVAL_METRICS_PORT,
+        ORCHESTRATOR_METRICS_PORT) overrides METRICS_PORT, so two services on one host (`make
+        run`) each have one."""
+        return self._metrics_port_setting
+
+    _metrics_port_setting: str = PrivateAttr("METRICS_PORT")
+
+    def _own_metrics_port(self, variable: str, port: int | None) -> None:
+        if port is not None:
+            self.metrics_port = port
+            self._metrics_port_setting = variable
 
     @field_validator("log_level")
     @classmethod

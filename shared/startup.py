@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import signal
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -60,6 +61,31 @@ class StartupTracebacks(logging.Filter):
         return True
 
 
+def check_ports_free(host: str, ports: dict[str, int]) -> None:
+    """Raise ConfigurationError naming the variable of the first port in `ports` that cannot
+    be bound on `host`. Run before the service opens anything slow (the store), so a busy
+    port fails at once, and before gRPC tries it (its core logs its own line on a failed
+    bind). Port 0 (any free one) is never busy."""
+    bare = host.strip("[]")
+    for variable, port in ports.items():
+        if not port:
+            continue
+        address = f"{host}:{port}"
+        try:
+            family, kind, proto, _, sockaddr = socket.getaddrinfo(
+                bare or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            with socket.socket(family, kind, proto) as probe:
+                # As gRPC and the metrics server bind: a port left in TIME_WAIT is free.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(sockaddr)
+        except OSError as exc:  # socket.gaierror included
+            raise ConfigurationError(
+                f"{variable}: cannot listen on {address} (the port is in use, or BIND_HOST "
+                "is not an address of this machine)"
+            ) from exc
+
+
 def _fail(service: str, message: str) -> int:
     # One line even when a message (e.g. a validator's) spans several.
     sys.stderr.write(f"{service}: cannot start: {' '.join(message.split())}\n")
@@ -89,6 +115,10 @@ def run_service(
         count = 1 if workers is None else workers(settings)
     except ValidationError as exc:
         return _fail(service, describe_invalid_settings(exc))
+    try:
+        check_ports_free(settings.bind_host, settings.listen_ports())
+    except ConfigurationError as exc:
+        return _fail(service, exc.message)
     if count > 1:
         return _supervise(service, settings, serve, loop_factory, count)
     return _run(service, settings, serve, loop_factory)

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +81,29 @@ def test_a_port_in_use_is_one_line_naming_it(tmp_path, busy_port, module, variab
     result = _start(module, tmp_path, **{variable: str(busy_port)})
     _assert_one_line_naming(result, variable)
     assert f"127.0.0.1:{busy_port}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "variable", ["RETRIEVAL_PORT", "METRICS_PORT", "RETRIEVAL_METRICS_PORT", "HEALTH_PORT"]
+)
+def test_a_busy_port_fails_at_once_before_the_store_opens(tmp_path, busy_port, variable) -> None:
+    # It used to open the store first (7 s) and print gRPC core's "Failed to add port" line.
+    data = tmp_path / "never"
+    started = time.monotonic()
+    result = _start(
+        "retrieval_service",
+        tmp_path,
+        MILVUS_URI=str(data / "kb.db"),
+        **{"RETRIEVAL_PORT": "0", variable: str(busy_port)},
+    )
+    elapsed = time.monotonic() - started
+    _assert_one_line_naming(result, variable)
+    assert f"127.0.0.1:{busy_port}" in result.stderr
+    assert not data.exists()  # the store was never opened
+    assert result.stderr.count("\n") == 1, result.stderr  # no gRPC core line either
+    # ≈ 0.5 s on an idle machine, the interpreter and the settings' import (0.9–1.7 s on two
+    # loaded cores); the store's open alone took 7 s. The margin is for loaded CI.
+    assert elapsed < 3.0, elapsed
 
 
 async def test_a_data_directory_locked_by_another_process_is_one_line(tmp_path) -> None:
