@@ -134,7 +134,7 @@ class MetricsEndpoint:
             self._requested_port, addr=self._host, registry=self._registry
         )
         self.port = int(self._server.server_address[1])
-        log.info("serving metrics on http://%s:%d/metrics", self._host, self.port)
+        log.debug("serving metrics on http://%s:%d/metrics", self._host, self.port)
         return self.port
 
     def stop(self) -> None:

@@ -345,11 +345,33 @@ class GrpcServer:
             )
         if s.health_port is not None:
             await self._start_health_server(s.health_port)
+        try:
+            self.observability.start()
+        except OSError as exc:  # bound by another process since the start-up check
+            raise ConfigurationError(
+                f"{s.metrics_port_setting}: cannot listen on {s.bind_host}:{s.metrics_port} "
+                "(the port is in use)"
+            ) from exc
         await server.start()
-        self.observability.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving %s on %s", ", ".join(self._service_names), self.address)
+        log.info("%s", self.describe())
         return self.port
+
+    def describe(self) -> str:
+        """The start-up line: the service, the address it bound, TLS and auth, and where its
+        metrics and health-only port are (so two services of one host can be told apart)."""
+        s = self._settings
+        metrics = self.observability.metrics_port
+        parts = [
+            f"serving {', '.join(self._service_names)} on {self.address}",
+            f"TLS {'on' if s.tls_cert_file else 'off'}"
+            + (" (mTLS)" if s.tls_client_ca_file else ""),
+            f"auth {'on' if s.auth_token else 'off'}",
+            f"metrics http://{s.bind_host}:{metrics}/metrics" if metrics else "metrics off",
+        ]
+        if self.health_port:
+            parts.append(f"health {s.bind_host}:{self.health_port}")
+        return "; ".join(parts)
 
     async def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING first (so balancers stop sending), then let in-flight calls finish for
