@@ -30,6 +30,7 @@ from shared.errors import (
     NotFound,
     ResourceExhausted,
 )
+from shared.logs import REQUEST_ID, REQUEST_ID_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,12 @@ class CallLimit:
 
     seconds: float
     caller_deadline: bool  # False: RETRIEVAL_TIMEOUT_SECONDS, since the caller set none
+    address: str = ""  # RETRIEVAL_ADDR, named when retrieval cannot be reached
 
 
 def _unavailable(limit: CallLimit) -> DomainError:
-    return DependencyUnavailable(DEPENDENCY, "the retrieval service did not serve the call")
+    at = f" at {limit.address}" if limit.address else ""
+    return DependencyUnavailable(DEPENDENCY, f"the retrieval service{at} did not serve the call")
 
 
 def _deadline(limit: CallLimit) -> DomainError:
@@ -151,8 +154,10 @@ class RetrievalClient:
         default_timeout: float = 30.0,
         auth_token: str | None = None,
         max_query_chars: int = 4000,
+        address: str = "",
     ) -> None:
         self._channel = channel
+        self.address = address
         self._max_query_chars = max_query_chars
         self._stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
         self._default_timeout = default_timeout
@@ -191,6 +196,7 @@ class RetrievalClient:
             default_timeout=default_timeout,
             auth_token=auth_token,
             max_query_chars=max_query_chars,
+            address=address,
         )
 
     async def retrieve(
@@ -212,18 +218,19 @@ class RetrievalClient:
         if top_k is not None:
             request.top_k = top_k
         limit = (
-            CallLimit(self._default_timeout, caller_deadline=False)
+            CallLimit(self._default_timeout, caller_deadline=False, address=self.address)
             if timeout is None
-            else CallLimit(timeout, caller_deadline=True)
+            else CallLimit(timeout, caller_deadline=True, address=self.address)
         )
         try:
             response = await self._stub.Retrieve(
-                request, timeout=limit.seconds, metadata=self._metadata
+                request, timeout=limit.seconds, metadata=self._call_metadata()
             )
         except grpc.aio.AioRpcError as exc:
             error = translate(exc.code(), limit, exc.details() or "")
             log.warning(
-                "Retrieve failed with %s (%s); answering %s",
+                "Retrieve to %s failed with %s (%s); answering %s",
+                self.address or "retrieval",
                 exc.code().name,
                 exc.details(),
                 type(error).__name__,
@@ -233,6 +240,15 @@ class RetrievalClient:
             docs=[chunk_from_proto(c) for c in response.docs],
             meta=retrieval_meta_from_proto(response.meta),
         )
+
+    def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The bearer token and the request id of the call being served, so that both
+        services log one request under one id (docs/api.md#access-logs); `traceparent` is
+        added by the tracing interceptors."""
+        request_id = REQUEST_ID.get()
+        if not request_id:
+            return self._metadata
+        return (*(self._metadata or ()), (REQUEST_ID_HEADER, request_id))
 
     async def aclose(self) -> None:
         await self._channel.close()

@@ -5,6 +5,7 @@ should see, and nothing of retrieval's own details leaks through."""
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 import grpc
 import pytest
@@ -21,6 +22,7 @@ from shared.errors import (
     NotFound,
     ResourceExhausted,
 )
+from shared.logs import REQUEST_ID
 from shared.serve import GrpcServer, status_for
 from shared.settings import ServerSettings
 
@@ -30,7 +32,14 @@ SECRET_DETAIL = "collection /srv/secret/path.db filter chunk_level == 3"
 class SteeredRetrieval(retrieval_pb2_grpc.RetrievalServiceServicer):
     """Answers each query with the failure it names."""
 
+    #: The metadata of the last call, with the request id the server logged it under.
+    seen: ClassVar[dict[str, str]] = {}
+
     async def Retrieve(self, request, context):
+        SteeredRetrieval.seen = {
+            **dict(context.invocation_metadata() or ()),
+            "logged-as": REQUEST_ID.get(),
+        }
         match request.query:
             case "invalid":
                 raise InvalidArgument("query", SECRET_DETAIL)
@@ -132,7 +141,8 @@ async def test_stopped_retrieval_is_unavailable() -> None:
             await client.retrieve("anything")
         assert status_for(raised.value) == (
             grpc.StatusCode.UNAVAILABLE,
-            "retrieval unavailable: the retrieval service did not serve the call",
+            # The address tried: a RETRIEVAL_ADDR pointing elsewhere is seen at once.
+            f"retrieval unavailable: the retrieval service at {address} did not serve the call",
         )
     finally:
         await client.aclose()
@@ -150,3 +160,17 @@ async def test_wrong_orchestrator_token_is_not_the_callers_unauthenticated() -> 
     finally:
         await client.aclose()
         await server.stop(0)
+
+
+async def test_the_callers_request_id_reaches_retrieval(retrieval) -> None:
+    # One request, one id: the orchestrator's call to retrieval carries the x-request-id of
+    # the call it serves, and retrieval logs it under that id (it used to mint its own).
+    client = RetrievalClient.connect(retrieval.address)
+    token = REQUEST_ID.set("my-req-123")
+    try:
+        await client.retrieve("anything")
+    finally:
+        REQUEST_ID.reset(token)
+        await client.aclose()
+    assert SteeredRetrieval.seen["x-request-id"] == "my-req-123"
+    assert SteeredRetrieval.seen["logged-as"] == "my-req-123"
