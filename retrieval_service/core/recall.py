@@ -15,7 +15,7 @@ import numpy as np
 
 from retrieval_service.core.errors import STORE_FAILURES, EmbedderUnavailable
 from retrieval_service.core.filters import parse_filter
-from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.identity import DEFAULT_KB, kb_name
 from retrieval_service.core.ingest.ingestor import Require, any_well_formed
 from retrieval_service.core.merge import (
     Doc,
@@ -155,9 +155,12 @@ class RetrievalPipeline:
         parsed = parse_filter(filter_text)
         if not knowledge_bases:
             return SearchScope((await self._require("", "knowledge_bases"),), parsed)
+        fields = [f"knowledge_bases[{i}]" for i in range(len(knowledge_bases))]
+        for text, field in zip(knowledge_bases, fields, strict=True):
+            kb_name(text, field)  # every name's form, before the store is asked
         names = [
-            await self._require(text, f"knowledge_bases[{i}]")
-            for i, text in enumerate(knowledge_bases)
+            await self._require(text, field)
+            for text, field in zip(knowledge_bases, fields, strict=True)
         ]
         return SearchScope(tuple(dict.fromkeys(names)), parsed)
 
@@ -175,8 +178,17 @@ class RetrievalPipeline:
         embedding; past it, DeadlineExceeded is raised rather than a `failed` answer nobody
         waits for."""
         top_k = self._validate(query, top_k)
-        scope = await self.scope(knowledge_bases, filter_text)
-        result = await self._retrieve(query, top_k, scope, deadline)
+        try:
+            scope = await self.scope(knowledge_bases, filter_text)
+        except STORE_FAILURES:
+            # The knowledge bases cannot be looked up: a failed recall, as when the store
+            # fails later (bad names and filters were refused before the store was asked).
+            log.warning("knowledge-base look-up failed: retrieval_mode = failed")
+            cfg = self.config
+            pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
+            result = self._failure("retrieve_failed", top_k, pool)
+        else:
+            result = await self._retrieve(query, top_k, scope, deadline)
         meta = result.meta
         record_retrieve(meta.retrieval_mode)
         annotate(

@@ -435,3 +435,19 @@ async def test_an_ingest_racing_the_deletion_of_its_knowledge_base_leaves_nothin
     with pytest.raises(NotFound):
         await ingest
     assert world.rows(TEAM) == [] and await world.registry.scan(TEAM) == []
+
+
+async def test_retrieve_with_the_store_down_is_a_failed_recall_not_an_error(
+    world: World,
+) -> None:
+    kbs, _ = world.build()
+    pipeline = world.pipeline(kbs)
+    world.kb_store.faults.fail_all()
+    result = await pipeline.retrieve("lighthouse", knowledge_bases=["team"])
+    assert result.meta.retrieval_mode == "failed" and result.docs == []
+    # A malformed name or filter is still the caller's error.
+    with pytest.raises(InvalidArgument) as raised:
+        await pipeline.retrieve("lighthouse", knowledge_bases=["team", "Bad"])
+    assert raised.value.field == "knowledge_bases[1]"
+    with pytest.raises(InvalidArgument):
+        await pipeline.retrieve("lighthouse", filter_text="(")
