@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
@@ -225,6 +226,15 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `… | head` closed the pipe: stop quietly, no traceback now or at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     settings = OrchestratorSettings()
     try:
@@ -232,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise
     except (OSError, ValueError, InvalidArgument, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

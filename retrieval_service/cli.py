@@ -39,6 +39,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -492,8 +493,14 @@ def delete(
     )
     if args.json:
         print(json.dumps({"deleted_chunks": reply.deleted_chunks}))
-    else:
+    elif reply.deleted_chunks:
         print(f"deleted {reply.deleted_chunks} chunks")
+    if not reply.deleted_chunks:
+        # Nothing matched: a typo'd name must not look like a successful delete.
+        names = ", ".join([*args.filenames, *(args.document_id or [])])
+        where = f" in knowledge base {args.kb}" if args.kb else ""
+        print(f"delete: no such document{where}: {names}; nothing deleted", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -874,6 +881,21 @@ def _parser(settings: CliSettings) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def closed_pipe() -> int:
+    """`… | head` closed the pipe: stop quietly (no traceback, and none at exit when Python
+    flushes stdout again) with status 0, as the reader asked for no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
+def _main(argv: list[str]) -> int:
     settings = CliSettings()
     args = _parser(settings).parse_args(argv)
     label = " ".join(filter(None, [args.command, getattr(args, "kb_command", None)]))
@@ -896,6 +918,8 @@ def main(argv: list[str]) -> int:
     except grpc.RpcError as exc:
         print(f"{label} failed: {_rpc_reason(exc)}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # main's: not a path problem
     except (OSError, ValueError) as exc:  # a path that does not exist or is unsupported
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -95,3 +95,32 @@ async def test_all_good_exits_zero_and_duplicate_names_fail_by_name(tmp_path) ->
     assert dup["summary"]["replaced"] == 1
     assert rc_missing == 2 and "no such file or folder" in err_missing
     assert "cliffs" in docs[0]["text"]
+
+
+async def test_delete_of_a_missing_document_says_so_and_exits_one(tmp_path) -> None:
+    # It printed "deleted 0 chunks" and exited 0, so a typo looked like a delete.
+    async with running_service(tmp_path / "kb.db") as svc:
+        rc, out, err = await _cli(svc.port, "delete", "nowhere.md")
+    assert rc == 1
+    assert "no such document: nowhere.md; nothing deleted" in err
+    assert "deleted 0 chunks" not in out
+
+
+async def test_a_closed_pipe_is_silent(tmp_path) -> None:
+    # `… list | head` printed a BrokenPipeError traceback.
+    async with running_service(tmp_path / "kb.db") as svc:
+        await svc.ingest(("notes.md", b"Gulls nest on the cliffs in spring."))
+        for argv in (
+            ["-m", "retrieval_service", "list", "--addr", f"127.0.0.1:{svc.port}"],
+            ["-m", "retrieval_service", "--help"],
+            ["-m", "orchestrator_service", "ask", "--help"],
+        ):
+            read, write = os.pipe()
+            os.close(read)  # the reader is gone before the first line is written
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, *argv, cwd=ROOT, stdout=write, stderr=asyncio.subprocess.PIPE
+            )
+            os.close(write)
+            _, err = await proc.communicate()
+            assert proc.returncode == 0, (argv, err.decode())
+            assert err.decode() == "", (argv, err.decode())
