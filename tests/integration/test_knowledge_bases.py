@@ -32,6 +32,7 @@ from retrieval_service.adapters.milvus.schema import (
     chunk_index_params,
     registry_index_params,
 )
+from retrieval_service.adapters.milvus.upgrade import upgraded_chunk
 from retrieval_service.bootstrap import clear_milvus_env
 from retrieval_service.core.documents import LEVELS
 from retrieval_service.core.identity import DEFAULT_KB
@@ -648,3 +649,37 @@ def kill_during_delete(log: Path, env: dict[str, str]) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_an_upgrade_killed_midway_is_finished_by_the_next_start(tmp_path: Path) -> None:
+    """A start that died while copying left some rows in the new collections and no marker:
+    the next start copies everything again (the copy replaces, never duplicates); one that
+    died after the marker but before dropping the old collections only drops them."""
+    db = tmp_path / "old.db"
+    embedder = HashingEmbedder(DIM)
+    await write_v2_store(db, "supermew_chunks", embedder)
+    # The first start's copy of the leaves, then its death: the new collections exist and
+    # hold these rows, the marker is not written.
+    config = StoreConfig(uri=str(db), token=None, collection="supermew_chunks", dim=DIM)
+    lite = LiteProcess(config.uri)
+    await lite.start()
+    milvus = MilvusStore(config, lite)
+    try:
+        await milvus.ensure_collections()
+        leaves = [upgraded_chunk(row) for row in v2_rows(3, embedder)]
+        await milvus.run(lambda client: client.insert(milvus.level_collection(3), leaves[:1]))
+        await milvus.seal()
+    finally:
+        await milvus.aclose()
+    async with running_service(db, embedder=embedder) as service:
+        assert await service.counts() == (1, 1, 2)
+        (info,) = await listed(service)
+        assert (info.l1_chunks, info.l2_chunks, info.l3_chunks) == (1, 1, 2)
+    # Died after the marker: the old collections are back (as a kill before the drop leaves
+    # them); the next start drops them and copies nothing again.
+    await write_v2_store(db, "supermew_chunks", embedder)
+    async with running_service(db, embedder=embedder) as service:
+        assert await service.counts() == (1, 1, 2)
+        names = await service.app.store.run(lambda client: client.list_collections())
+        assert not any(name.startswith("supermew_chunks_v2") for name in names)
+        assert len(await listed(service)) == 1
