@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         if ok_route and ok_answer:
             continue
         text = _norm(result.answer.text)[:110] if result.HasField("answer") else ""  # type: ignore[attr-defined]
-        print(f"  [{o['route']} → {result.route}] {o['question']}  {text}")  # type: ignore[attr-defined]
+        why = "" if ok_route else f"  ({result.rag_trace.evidence_reason})"  # type: ignore[attr-defined]
+        print(f"  [{o['route']} → {result.route}] {o['question']}  {text}{why}")  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -66,7 +66,11 @@ class LocalModel:
     ) -> AsyncIterator[str]:
         # missing_slots: the orchestrator's partial note already names them; extraction
         # only ever states what the evidence holds.
-        for piece in answer_pieces(question, docs):
+        if self.meaning is None:
+            pieces = answer_pieces(question, docs)
+        else:
+            pieces = await asyncio.to_thread(answer_pieces, question, docs, self.meaning)
+        for piece in pieces:
             yield piece
 
     async def aclose(self) -> None:

@@ -1,25 +1,67 @@
-"""`answer_generation` by extraction (LOCAL_MODEL.md §4): sentences copied from the evidence
-that together cover the question's key terms best, in the question's language, each followed by
-the number of the chunk it comes from. Deterministic; nothing is paraphrased.
+"""`answer_generation` by extraction (LOCAL_MODEL.md §4): claims copied from the evidence,
+each followed by the number of the chunk it comes from. Deterministic; nothing is paraphrased.
 
-Sentences come only from on-topic chunks: those whose text covers at least half of the key
+Candidates come only from on-topic chunks: those whose text covers at least half of the key
 terms, or as many as the best chunk does (so "比较合适" in a sleep chunk cannot answer
-"比较绿茶和红茶…" on the strength of 比较 alone). Greedy cover: repeatedly take the sentence adding
-the most key terms not yet covered (then the most terms, then the higher-ranked chunk, then the
-earlier sentence), at most MAX_SENTENCES, stopping when a sentence adds nothing. The chosen
-sentences are read in chunk order."""
+"比较绿茶和红茶…" on the strength of 比较 alone). A candidate is a sentence with a predicate or
+a table row: headings, a table's header row, a question (an FAQ's "Q"), and a short line with
+no closing mark (a title such as "Inspection findings") are never claims. A table row is read
+with its header as context ("Morning shift — Lead: Giulia Ferraro; Hours: 5:30 to 13:30") and
+its cells count for coverage together with the header's.
+
+The best candidate leads: the most key terms, then, when the built-in embedder is at hand, the
+closest in meaning to the question (among the MEANING_CANDIDATES best by terms), then the
+higher-ranked chunk and the earlier sentence. Further candidates follow only when each states
+a key term no chosen claim states (a title word does not count; at most MAX_SENTENCES in
+all); the leading claim comes first, so its sentence is its chunk's quote."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator_service.answer import MARKER, sentences, split_terminal
+from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.text import Term, key_terms, prepare_evidence
-from shared.lang import is_chinese
+from shared.lang import CJK_CHAR, is_chinese
+from shared.lexical import stem
 
 MAX_SENTENCES = 3
+#: Candidates compared by meaning: the best few by key terms (each is a forward pass).
+MEANING_CANDIDATES = 6
+#: The lead is the candidate with the highest cosine + TERMS_WEIGHT × its weighted share of
+#: the key terms (e5 cosines of related sentences lie within ≈ 0.1 of each other).
+TERMS_WEIGHT = 0.3
+#: "How many…", "多少…": a candidate holding a number is closer to an answer.
+NUMBER_BONUS = 0.05
+#: A word of the documents' titles tells nothing about which of their sentences answers; a
+#: light verb little.
+NAME_WEIGHT = 0.0
+LIGHT_WEIGHT = 0.3
+_LIGHT_VERBS = frozenset(
+    stem(word) for word in ("take", "go", "come", "put", "keep", "need", "want")
+)
+_TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{2,}")
+_CLOSING = re.compile(r"[。！；.!;:：)）\"”]\s*$")
+_QUESTION = re.compile(r"[?？]\**\s*$")
+_QUANTITY_QUESTION = re.compile(
+    r"\b(?:how\s+(?:many|much|long|often|old|far)|when|what\s+time)\b|多少|几|多久|多长|多远|什么时候|哪天",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(
+    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
+    r"forty|fifty|hundred|thousand|half)\b|[一二两三四五六七八九十百千万半]",
+    re.IGNORECASE,
+)
+_DEFINITION_QUESTION = re.compile(
+    r"^what\s+(?:is|are)\s+(?:an?\s+|the\s+)?([^?]+?)\s*\?*$|^什么是(.+?)[？?]*$|^(.+?)是什么[？?]*$",
+    re.IGNORECASE,
+)
+#: How far into a sentence (characters) a definition names its subject ("A single event loop").
+DEFINITION_LEAD = 12
+_ENUMERATION_HEAD = re.compile(r"^\s*(?:[一二三四五六七八九十]+、|\d{1,2}[.、])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +69,9 @@ class _Candidate:
     rank: int
     position: int
     sentence: str
-    covered: frozenset[str]
+    covered: frozenset[str]  # key terms of the claim with its section heading
+    said: frozenset[str]  # key terms the claim itself states
+    claim: str = ""  # how the claim reads when it is not the sentence itself (a table row)
 
 
 def _on_topic(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[bool]:
@@ -37,52 +81,186 @@ def _on_topic(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[bool
     return [2 * n >= len(terms) or n == best for n in covered]
 
 
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|") if cell.strip()]
+
+
+def is_table_row(line: str) -> bool:
+    return line.count("|") >= 2 or (" | " in line)
+
+
+def is_title(sentence: str) -> bool:
+    """A line that states nothing: a question, bold or enumerated caption, or a short line
+    without a closing mark ("Inspection findings", "华东仓库值班安排")."""
+    text = sentence.strip().strip("*").strip()
+    if not text or _QUESTION.search(sentence) or sentence.strip().startswith("**"):
+        return True
+    if _CLOSING.search(text):
+        return False
+    if CJK_CHAR.search(text):
+        return len(text) < 20 or bool(_ENUMERATION_HEAD.match(text))
+    return len(text.split()) < 7
+
+
+def _row_claim(header: list[str], cells: list[str], chinese: bool) -> str:
+    if len(header) != len(cells):
+        return " — ".join(cells)
+    pairs = [
+        f"{name}：{value}" if chinese else f"{name}: {value}"
+        for name, value in zip(header[1:], cells[1:], strict=True)
+    ]
+    return f"{cells[0]} — {'；'.join(pairs) if chinese else '; '.join(pairs)}"
+
+
+def _claims(text: str) -> list[tuple[str, str, str]]:
+    """(sentence, claim, coverage text) of every claim the chunk's text can make."""
+    found: list[tuple[str, str, str]] = []
+    header: list[str] | None = None
+    section = ""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if is_table_row(line):
+            if _TABLE_SEPARATOR.match(line):
+                continue
+            cells = _cells(line)
+            if header is None:
+                header = cells  # a table's first row names its columns
+                continue
+            row = line.strip()
+            chinese = bool(CJK_CHAR.search(row))
+            found.append((row, _row_claim(header, cells, chinese), f"{' '.join(header)} {row}"))
+            continue
+        header = None
+        stripped = line.strip()
+        if stripped.startswith("#") or is_title(stripped):
+            # The section's heading: context for the sentences under it ("## Warranty").
+            section = stripped.lstrip("#").strip("* ")
+            continue
+        for sentence in sentences(line):
+            if not is_title(sentence) and not MARKER.search(sentence):
+                found.append((sentence, "", f"{section} {sentence}"))
+    return found
+
+
 def _candidates(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[_Candidate]:
     found = []
     for rank, (doc, on_topic) in enumerate(zip(docs, _on_topic(docs, terms), strict=True), 1):
         if not on_topic:
             continue
-        for position, sentence in enumerate(sentences(str(doc.get("text") or ""))):
-            # A sentence that already holds "[n]" would read as a citation.
-            if MARKER.search(sentence):
-                continue
-            evidence = prepare_evidence([{"text": sentence}])[0]
-            covered = frozenset(term.key for term in terms if evidence.covers(term))
-            found.append(_Candidate(rank, position, sentence, covered))
+        for position, (sentence, claim, words) in enumerate(_claims(str(doc.get("text") or ""))):
+            context, itself = prepare_evidence([{"text": words}, {"text": claim or sentence}])
+            covered = frozenset(term.key for term in terms if context.covers(term))
+            said = frozenset(term.key for term in terms if itself.covers(term))
+            if covered:
+                found.append(_Candidate(rank, position, sentence, covered, said, claim))
     return found
 
 
-def choose_sentences(question: str, docs: Sequence[Mapping[str, Any]]) -> list[_Candidate]:
+def _weights(
+    question: str, terms: list[Term], pool: list[_Candidate], titles: Sequence[str]
+) -> dict[str, float]:
+    """A key term counts the less the more candidates hold it (the subject a whole section is
+    about says nothing about which sentence answers), a word of the documents' titles
+    ("Millbrook", "ferry") not at all."""
+    names = {term.key for term in key_terms(" ".join(titles))}
+    weights = {}
+    for term in terms:
+        holders = sum(term.key in c.covered for c in pool) or 1
+        weight = LIGHT_WEIGHT if term.key in _LIGHT_VERBS else 1.0
+        weights[term.key] = (NAME_WEIGHT if term.key in names else weight) / holders
+    return weights
+
+
+def defined_subject(question: str) -> str:
+    """X of "What is X?" / "什么是X？" / "X是什么？" (a short X), else ""."""
+    match = _DEFINITION_QUESTION.match(question.strip())
+    if not match:
+        return ""
+    subject = next(group for group in match.groups() if group)
+    return subject if len(subject.split()) <= 4 and len(subject) <= 30 else ""
+
+
+def opens_with(sentence: str, subject: str) -> bool:
+    """Whether `subject` is named at the start of `sentence` (a definition states it first)."""
+    where = sentence.lower().find(subject.lower())
+    return 0 <= where <= DEFINITION_LEAD
+
+
+def asks_quantity(question: str) -> bool:
+    return _QUANTITY_QUESTION.search(question) is not None
+
+
+def choose_sentences(
+    question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
+) -> list[_Candidate]:
     terms = key_terms(question)
     chinese = is_chinese(question)
     every = _candidates(docs, terms)
     same_language = [c for c in every if is_chinese(c.sentence) == chinese]
     pool = same_language or every
-    chosen: list[_Candidate] = []
-    uncovered = {term.key for term in terms}
-    while pool and len(chosen) < MAX_SENTENCES:
+    if not pool:
+        return []
+    on_topic = {c.rank for c in pool}
+    titles = [e.title for e in prepare_evidence(list(docs)) if e.rank in on_topic]
+    weights = _weights(question, terms, pool, titles)
+    quantity = asks_quantity(question)
+    defined = defined_subject(question)
+    total = sum(weights.values()) or 1.0
+
+    def share(c: _Candidate) -> float:
+        return sum(weights[key] for key in c.covered) / total
+
+    by_terms = sorted(pool, key=lambda c: (-share(c), c.rank, c.position))
+    close: dict[int, float] = {}
+    if meaning is not None:
+        shortlist = by_terms[:MEANING_CANDIDATES]
+        scores = meaning.similarities(question, [c.claim or c.sentence for c in shortlist])
+        close = {id(c): s for c, s in zip(shortlist, scores, strict=True)}
+        by_terms = shortlist
+    lead = max(
+        by_terms,
+        key=lambda c: (
+            round(
+                close.get(id(c), 0.0)
+                + TERMS_WEIGHT * share(c)
+                + (NUMBER_BONUS if quantity and _NUMBER.search(c.claim or c.sentence) else 0.0)
+                + (NUMBER_BONUS if defined and opens_with(c.sentence, defined) else 0.0),
+                6,
+            ),
+            -c.rank,
+            -c.position,
+        ),
+    )
+    chosen = [lead]
+    # Further claims must state something new: a key term no chosen claim states itself
+    # (a heading over them does not count), other than the documents' titles.
+    title_words = {term.key for term in key_terms(" ".join(titles))}
+    uncovered = {term.key for term in terms} - lead.said - title_words
+    rest = [c for c in pool if c is not lead]
+    while rest and uncovered and len(chosen) < MAX_SENTENCES:
         best = max(
-            pool,
-            key=lambda c: (len(c.covered & uncovered), len(c.covered), -c.rank, -c.position),
+            rest,
+            key=lambda c: (len(c.said & uncovered), len(c.said), -c.rank, -c.position),
         )
-        if chosen and not best.covered & uncovered:
+        if not best.said & uncovered:
             break
         chosen.append(best)
-        uncovered -= best.covered
-        pool = [c for c in pool if c is not best]
-        if not uncovered:
-            break
-    return sorted(chosen, key=lambda c: (c.rank, c.position))
+        uncovered -= best.said
+        rest = [c for c in rest if c is not best]
+    return chosen
 
 
-def answer_pieces(question: str, docs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The answer as it is streamed: one piece per sentence, "claim[n]" plus its closing
+def answer_pieces(
+    question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
+) -> list[str]:
+    """The answer as it is streamed: one piece per claim, "claim[n]" plus its closing
     marks (a full stop where the sentence had none or ended a clause with a semicolon),
-    joined by a space in English."""
+    joined by a space in English; the leading claim first."""
     chinese = is_chinese(question)
     pieces = []
-    for index, candidate in enumerate(choose_sentences(question, docs)):
-        claim, closing = split_terminal(candidate.sentence)
+    for index, candidate in enumerate(choose_sentences(question, docs, meaning)):
+        claim, closing = split_terminal(candidate.claim or candidate.sentence)
         if not closing.strip("；;"):
             closing = "。" if chinese else "."
         lead = " " if index and not chinese else ""

@@ -39,7 +39,7 @@ from orchestrator_service.models.local.text import (
     segment,
     sub_headings,
 )
-from shared.lang import is_chinese
+from shared.lang import CJK_CHAR, is_chinese
 from shared.trace_fields import Ambiguity, Answerability, Relevance, Route
 
 WINDOW = 3
@@ -121,6 +121,22 @@ def grade(
     answerability = answerability_of(coverage)
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
+    absent = absent_names(question, coverage.best, chinese=chinese)
+    if absent:
+        # The thing asked about is not where the answer would come from (team B beside team A,
+        # Kestrel 3 beside Kestrel 2): no sentence of the evidence answers the question.
+        return EvidenceGrade(
+            relevance=Relevance.NONE,
+            answerability=Answerability.NONE,
+            ambiguity=Ambiguity.NONE,
+            route=Route.NO_KNOWLEDGE,
+            confidence=0.8,
+            reason=f"none/none: names not in the best chunk: {', '.join(absent)}; " + signals,
+        )
+    lacking = absent_nouns(question, coverage, chinese=chinese)
+    if lacking and answerability == Answerability.SUFFICIENT:
+        answerability = Answerability.PARTIAL
+        signals += f"; nouns in no chunk: {', '.join(lacking)}"
     # Meaning is measured only where it can change the verdict: the encoder is the grade's
     # only real cost, so words that already answer, words too few to support an answer (on
     # SciFact no claim without half its terms in the window was answered by meaning), and a
@@ -134,7 +150,7 @@ def grade(
     )
     if match is not None:
         signals += f"; meaning {match.similarity:.2f} in chunk {match.chunk.rank}"
-        if answered_by_meaning(coverage, match, signal):
+        if answered_by_meaning(coverage, match, signal) and not lacking:
             # The words differ but a sentence says the same thing: strong / sufficient.
             relevance, answerability = Relevance.STRONG, Answerability.SUFFICIENT
             signals = "answered by meaning; " + signals
@@ -192,6 +208,67 @@ def grade(
         else "",
         reason=f"{relevance}/{answerability}: " + signals,
     )
+
+
+#: A capitalised word after the first, a lone capital letter ("team B") or a number.
+_EN_NAME = re.compile(r"(?<=[\s(\"'])(?:[A-Z][A-Za-z0-9-]*|\d+(?:\.\d+)?)(?=[\s?.!,;:'\")]|$)")
+#: Nouns that frame a Chinese question rather than name what it asks about ("什么时候").
+ZH_FRAMING_NOUNS = frozenset(["时候", "时间", "多长时间", "地方", "东西", "办法", "方法", "原因"])
+#: jieba's part-of-speech tags of names: place, person, organisation, other proper noun.
+_ZH_NAME_FLAGS = ("ns", "nr", "nt", "nz", "eng")
+
+
+def question_names(question: str, *, chinese: bool | None = None) -> list[str]:
+    """The names the question asks about: in English a capitalised word other than the first,
+    a lone capital letter or a number; in Chinese a word jieba tags as a name, a Latin word or
+    a number."""
+    if chinese is None:
+        chinese = is_chinese(question)
+    if not chinese:
+        return [m.group(0) for m in _EN_NAME.finditer(question) if m.group(0) != "I"]
+    import jieba.posseg
+
+    names = []
+    for pair in jieba.posseg.lcut(question):
+        word, flag = pair.word.strip(), pair.flag
+        if word and (flag in _ZH_NAME_FLAGS or (flag == "m" and word.isdigit())):
+            names.append(word)
+    return names
+
+
+def _mentions(text: str, name: str) -> bool:
+    if CJK_CHAR.search(name):
+        return name in text
+    if len(name) == 1 or name.isdigit():  # "B" in "team B", "3" not inside "31"
+        return re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", text) is not None
+    return re.search(rf"\b{re.escape(name.lower())}", text.lower()) is not None
+
+
+def absent_names(question: str, best: Evidence | None, *, chinese: bool) -> list[str]:
+    """The question's names that the best-covering chunk does not mention."""
+    if best is None:
+        return []
+    return [
+        name for name in question_names(question, chinese=chinese) if not _mentions(best.text, name)
+    ]
+
+
+def absent_nouns(question: str, coverage: Coverage, *, chinese: bool) -> list[str]:
+    """Chinese nouns of the question that no chunk of the window holds: the one term the
+    "all but one" rule may leave out must not be the thing asked about (产假 beside 年假)."""
+    if not chinese:
+        return []
+    import jieba.posseg
+
+    keys = {term.key for term in coverage.terms} - {term.key for term in coverage.union_covered}
+    return [
+        pair.word
+        for pair in jieba.posseg.lcut(question)
+        if pair.word in keys
+        and pair.flag.startswith("n")
+        and len(pair.word) >= 2
+        and pair.word not in ZH_FRAMING_NOUNS
+    ]
 
 
 def follow_up_prompt(coverage: Coverage, *, chinese: bool) -> str:
@@ -332,9 +409,10 @@ def referenced_kind(question: str, *, chinese: bool) -> str:
                     return token[len(demonstrative) :]
         return ""
     for pattern in EN_REFERENCES:
-        match = pattern.search(question)
-        if match:
-            return match.group(1).lower()
+        # "the Zephyr Widget" names one thing: its sections are not several of a kind.
+        for match in pattern.finditer(question):
+            if not match.group(1)[0].isupper():
+                return match.group(1).lower()
     return ""
 
 
