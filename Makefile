@@ -15,10 +15,12 @@ BREAKING_REF = $(shell git rev-parse --verify -q refs/heads/main >/dev/null \
 SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 .DEFAULT_GOAL := help
-.PHONY: help setup proto run test test-unit typecheck lint bench clean
+.PHONY: help setup proto run test test-unit typecheck lint bench clean certs
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@echo "  benchmarks (make bench BENCH=\"name …\"):"
+	@ls bench/*.py | sed -E 's|bench/||; s|\.py$$||' | grep -v '^_' | awk '{printf "    %s\n", $$1}'
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +66,9 @@ lint: setup ## ruff check + format check, buf lint, buf breaking against main
 	$(VENV)/bin/ruff format --check .
 	cd protos && ../$(VENV)/bin/buf lint
 	cd protos && ../$(VENV)/bin/buf breaking --against '../.git#ref=$(BREAKING_REF),subdir=protos'
+
+certs: setup ## A local CA, server and client certificates in ./data/certs (README "TLS")
+	$(PY) -m shared.certs data/certs
 
 bench: setup ## Run the benchmarks (BENCH="name …" picks some; prints ratios)
 	$(PY) -m bench $(BENCH)

@@ -39,7 +39,7 @@ from shared.codec import (
     rag_trace_from_proto,
 )
 from shared.errors import ConfigurationError, InvalidArgument
-from shared.tls import add_tls_arguments, credentials_from_arguments
+from shared.tls import add_tls_arguments, credentials_from_arguments, mismatch_hint
 
 #: Characters of a chunk's text shown in the evidence list (`--json` has them all).
 SNIPPET_CHARS = 90
@@ -240,7 +240,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         data = asyncio.run(_call(args, settings))
     except grpc.aio.AioRpcError as exc:
-        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        details = exc.details() or ""
+        tls = bool(args.tls or args.tls_ca or args.tls_cert)
+        hint = mismatch_hint(details, tls=tls)
+        print(f"error: {exc.code().name}: {details}{hint}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         raise

@@ -57,7 +57,7 @@ from retrieval_service.core.documents import IngestedDocument
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from shared.errors import ConfigurationError
 from shared.files import collect_files
-from shared.tls import add_tls_arguments, credentials_from_arguments
+from shared.tls import add_tls_arguments, credentials_from_arguments, mismatch_hint
 
 # A document's deadline: long, because the built-in CPU model embeds a few leaves a second
 # and one large document holds thousands.
@@ -916,7 +916,13 @@ def _main(argv: list[str]) -> int:
             handler: Handler = args.handler
             return handler(stub, args, settings.metadata)
     except grpc.RpcError as exc:
-        print(f"{label} failed: {_rpc_reason(exc)}", file=sys.stderr)
+        reason = _rpc_reason(exc)
+        hint = mismatch_hint(
+            reason,
+            tls=credentials is not None,
+            setting="--tls-ca <ca.pem> or RETRIEVAL_TLS_CA_FILE",
+        )
+        print(f"{label} failed: {reason}{hint}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         raise  # main's: not a path problem

@@ -156,3 +156,14 @@ def credentials_from_arguments(args: argparse.Namespace) -> grpc.ChannelCredenti
     if not (args.tls or args.tls_ca or args.tls_cert):
         return None
     return channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
+
+
+def mismatch_hint(details: str, *, tls: bool, setting: str = "--tls-ca <ca.pem>") -> str:
+    """What to change when a connection failed because one side speaks TLS and the other
+    plaintext ("" when `details` does not look like that): a plaintext client to a TLS port
+    sees the socket closed; a TLS client to a plaintext port a handshake failure."""
+    if not tls and "Socket closed" in details:
+        return f" (is the server TLS-only? then call it over TLS: {setting})"
+    if tls and "WRONG_VERSION_NUMBER" in details:
+        return " (the server speaks plaintext: call it without the TLS flags and settings)"
+    return ""

@@ -5,6 +5,7 @@ and the "ready" block; and an orchestrator whose retrieval cannot be reached."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -196,6 +197,70 @@ def test_unreachable_retrieval_is_named_and_health_stays_serving(tmp_path: Path)
         assert any(dead in line and "Retrieve to" in line for line in output.lines), output.lines
     finally:
         proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def readme_tls_calls() -> list[str]:
+    """The command lines of the README's TLS block (after `make certs` and `make run`)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("`make certs` writes a local CA", 1)[1]
+    block = section.split("```sh", 1)[1].split("```", 1)[0]
+    return [
+        line
+        for line in block.splitlines()
+        if line.startswith(("grpcurl ", "buf curl ", ".venv/bin/python -m orchestrator_service"))
+    ]
+
+
+def test_make_certs_then_make_run_with_tls_then_the_readme_tls_calls(tmp_path: Path) -> None:
+    # The README's TLS section end to end: `make certs`' files, mTLS on both services under
+    # `make run` (the orchestrator reaching retrieval over mTLS), and every call it shows.
+    certs = tmp_path / "certs"
+    made = subprocess.run(
+        [sys.executable, "-m", "shared.certs", str(certs)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    ports = {50051: free_port(), 50052: free_port()}
+    env = _clean_env(
+        RETRIEVAL_PORT=str(ports[50051]),
+        ORCHESTRATOR_PORT=str(ports[50052]),
+        MILVUS_URI=str(tmp_path / "kb.db"),
+        TLS_CERT_FILE=str(certs / "server.pem"),
+        TLS_KEY_FILE=str(certs / "server.key"),
+        TLS_CLIENT_CA_FILE=str(certs / "ca.pem"),
+    )  # SAMPLES_DIR unset: `make run` seeds the samples, which the README's Run asks about
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shared.launch"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    output = Output(proc)
+    try:
+        output.wait_for("try:", proc)
+        text = "".join(output.lines)
+        assert "TLS on (mTLS)" in text[text.index("ready:") :], text
+        calls = readme_tls_calls()
+        assert len(calls) >= 4, calls
+        for line in calls:
+            line = line.replace("data/certs/", f"{certs}/")
+            for default, actual in ports.items():
+                line = line.replace(f"localhost:{default}", f"localhost:{actual}")
+            if "orchestrator_service ask" in line:
+                line += f" --addr localhost:{ports[50052]}"
+            argv = shlex.split(line)
+            argv[0] = str(Path(sys.executable).parent / Path(argv[0]).name)
+            result = subprocess.run(
+                argv, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=120
+            )
+            assert result.returncode == 0, (line, result.stdout, result.stderr)
+    finally:
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
         finally:

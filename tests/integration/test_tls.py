@@ -23,6 +23,8 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
 from orchestrator_service.bootstrap import App, build_app
 from orchestrator_service.settings import OrchestratorSettings
+from shared.serve import GrpcServer
+from shared.settings import ServerSettings
 from shared.tls import channel_credentials
 from tests.integration.retrieval_harness import Service, copy_corpus, running_service
 from tests.tls_certs import Issued, TestCa, common_name
@@ -317,3 +319,32 @@ async def test_the_orchestrator_serves_tls_without_client_certificates(tmp_path:
     finally:
         await app.server.stop(0)
         await app.aclose()
+
+
+async def test_a_tls_mismatch_from_the_clis_says_which_setting_to_use(mtls: Mtls) -> None:
+    # A plaintext call to a TLS port said "Socket closed", nothing more.
+    env = _cli_env(RETRIEVAL_ADDR=f"127.0.0.1:{mtls.retrieval_port}")
+    rc, _, err = await _exec(sys.executable, "-m", "retrieval_service", "list", env=env)
+    assert rc == 1 and "TLS-only" in err and "RETRIEVAL_TLS_CA_FILE" in err, err
+    rc, _, err = await _exec(
+        sys.executable, "-m", "orchestrator_service", "ask", QUESTION,
+        "--addr", f"127.0.0.1:{mtls.orchestrator_port}", env=_cli_env(),
+    )  # fmt: skip
+    assert rc == 1 and "TLS-only" in err and "--tls-ca" in err, err
+
+    # The reverse: TLS flags against a plaintext port.
+    plain = GrpcServer(
+        ServerSettings(_env_file=None), port=0, service_names=["x.Plain"], add_servicers=print
+    )
+    port = await plain.start()
+    try:
+        rc, _, err = await _exec(
+            sys.executable, "-m", "orchestrator_service", "ask", QUESTION,
+            "--addr", f"localhost:{port}", "--tls-ca", str(mtls.ca.ca), env=_cli_env(),
+        )  # fmt: skip
+        assert rc == 1 and "speaks plaintext" in err, err
+        env = _cli_env(RETRIEVAL_ADDR=f"localhost:{port}", RETRIEVAL_TLS_CA_FILE=str(mtls.ca.ca))
+        rc, _, err = await _exec(sys.executable, "-m", "retrieval_service", "list", env=env)
+        assert rc == 1 and "speaks plaintext" in err, err
+    finally:
+        await plain.stop(0)
