@@ -19,12 +19,25 @@ import pytest
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from tests.integration.retrieval_harness import free_port
-from tests.integration.test_readme_calls import DEFAULT_PORTS, _run, _wait_serving
+from tests.integration.test_readme_calls import DEFAULT_PORTS, _wait_serving
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 LEAVE = "Employees get 25 days of paid leave a year. Unused leave days carry over until March."
+
+
+BIN = Path(sys.executable).parent
+
+
+def _run(line: str, port_map: dict[int, int]) -> subprocess.CompletedProcess[str]:
+    """One README command line with the real binaries `make setup` installs, ports
+    substituted."""
+    for default, actual in port_map.items():
+        line = line.replace(f"localhost:{default}", f"127.0.0.1:{actual}")
+    argv = shlex.split(line)
+    argv[0] = str(BIN / argv[0])
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 def kb_blocks() -> tuple[list[str], list[str]]:
