@@ -4,6 +4,7 @@ CLI that calls the running service (retrieval_service.cli)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -56,8 +57,14 @@ async def _serve(
 ) -> None:
     # Imported once the settings are read and the ports checked free (a busy port fails
     # before the slow import), and before pymilvus (bootstrap clears MILVUS_URI first).
-    from retrieval_service.bootstrap import serve_app
+    from retrieval_service.bootstrap import clear_milvus_env, serve_app
+    from shared.logs import adopt_library_loggers
 
+    # pymilvus installs its own stderr handler when first imported (lazily, deep in a call):
+    # imported now, its loggers are routed through ours, so LOG_FORMAT=json stays JSON.
+    clear_milvus_env()
+    importlib.import_module("pymilvus")
+    adopt_library_loggers()
     await serve_app(settings, on_started, checkpoint=checkpoint)
 
 

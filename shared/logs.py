@@ -169,6 +169,17 @@ def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
     )
 
 
+def adopt_library_loggers() -> None:
+    """Route every logger that brought its own handler (pymilvus installs one printing its own
+    format) through the root's, so that under LOG_FORMAT=json every line on stderr is JSON.
+    Called by configure_logging and again once a library that configures itself at import
+    (pymilvus) has been imported."""
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.handlers:
+            logger.handlers.clear()
+            logger.propagate = True
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Install one stderr handler on the root logger (replacing any earlier one)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -177,6 +188,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     handler.addFilter(RequestContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    adopt_library_loggers()
     # What would otherwise reach stderr as bare text (warnings, uncaught exceptions in the main
     # thread or a worker thread) goes through the handler too, so JSON mode stays JSON.
     logging.captureWarnings(True)

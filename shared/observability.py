@@ -24,8 +24,13 @@ Continuation: TypeAlias = (
     "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
 )
 
-# Kubernetes probes call Health every few seconds: their access lines go to DEBUG.
-_QUIET_PREFIX = "/grpc.health.v1.Health/"
+# Kubernetes probes call Health every few seconds, and grpcurl / buf curl ask reflection before
+# every call: their access lines go to DEBUG.
+_QUIET_PREFIX = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
 
 
 def _split(method: str) -> tuple[str, str]:
