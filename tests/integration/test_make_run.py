@@ -148,6 +148,22 @@ def test_make_run_points_the_orchestrator_at_retrieval_port(make_run) -> None:
     assert result.question == "What is an event loop?"
 
 
+def test_one_request_id_in_both_services_access_logs(make_run) -> None:
+    # A Run sent with x-request-id: my-req-123 was logged by retrieval under another id.
+    ports, output = make_run
+    with grpc.insecure_channel(f"127.0.0.1:{ports['orchestrator']}") as channel:
+        stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+        request = orchestrator_pb2.RunRequest(question="What is a coroutine?")
+        stub.Run(request, timeout=60, metadata=(("x-request-id", "my-req-123"),))
+    time.sleep(0.5)
+    tagged = [line for line in output.lines if "request_id=my-req-123" in line]
+    methods = {line.split("method=", 1)[1].split()[0] for line in tagged if "method=" in line}
+    assert {
+        "/supermew.v1.OrchestratorService/Run",
+        "/supermew.v1.RetrievalService/Retrieve",
+    } <= methods, tagged
+
+
 def test_make_run_derives_retrieval_addr_and_tls() -> None:
     envs = environments(
         {
