@@ -228,7 +228,7 @@ async def test_complex_question_fans_out_and_synthesises(stub: object) -> None:
     result = await run(stub, "比较绿茶和红茶的发酵程度")
     trace = rag_trace_from_proto(result.rag_trace)
     assert trace["complexity"] == "complex"
-    assert list(trace["sub_questions"]) == ["绿茶的发酵程度", "红茶的发酵程度"]
+    assert list(trace["sub_questions"]) == ["绿茶的发酵程度？", "红茶的发酵程度？"]
     assert len(trace["sub_traces"]) == 2 and result.route == "answer"
     assert "tea_culture.zh.txt" in {doc.filename for doc in result.docs}
 

@@ -32,13 +32,13 @@ def doc(text: str, filename: str, rank: int = 1) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("question", "reason", "subs"),
     [
-        ("比较绿茶和红茶的发酵程度", "comparison", ["绿茶的发酵程度", "红茶的发酵程度"]),
+        ("比较绿茶和红茶的发酵程度", "comparison", ["绿茶的发酵程度？", "红茶的发酵程度？"]),
         ("绿茶和红茶有什么区别？", "comparison", ["绿茶的特点是什么？", "红茶的特点是什么？"]),
         ("丹瑾、赤羽和墨言分别是什么定位？", "distribution",
          ["丹瑾是什么定位？", "赤羽是什么定位？", "墨言是什么定位？"]),
         ("丹瑾的属性是什么？武器是什么？", "multiple_questions",
          ["丹瑾的属性是什么？", "丹瑾的武器是什么？"]),
-        ("介绍一下茶的历史以及它的冲泡方法", "enumeration", ["茶的历史", "茶的冲泡方法"]),
+        ("介绍一下茶的历史以及它的冲泡方法", "enumeration", ["茶的历史？", "茶的冲泡方法？"]),
         ("Compare the Basic plan and the Premium plan in terms of price", "comparison",
          ["What is the price of the Basic plan?", "What is the price of the Premium plan?"]),
         ("What is asyncio? How does it handle timeouts?", "multiple_questions",

@@ -51,8 +51,48 @@ class Classification:
     sub_questions: list[str]
 
 
+#: Coordinations that name one thing ("pros and cons", "研究与开发部门"): never split.
+EN_BINOMIALS = re.compile(
+    r"\b(?:pros and cons|research and development|sales and marketing|small and medium|"
+    r"terms and conditions|health and safety|profit and loss|mergers and acquisitions|"
+    r"bread and butter|salt and pepper|trial and error|questions and answers|q and a)\b",
+    re.IGNORECASE,
+)
+ZH_BINOMIALS = re.compile(
+    r"研究(?:与|和)开发|销售(?:与|和)市场|中小(?:型)?企业|软硬件|优缺点|利与弊"
+)
+#: Private-use stand-ins for a binomial's space and conjunctions while the question is split.
+_MASKS = {" ": "\ue000", "与": "\ue001", "和": "\ue002"}
+
+
+def _mask(text: str) -> str:
+    def hide(match: re.Match[str]) -> str:
+        return "".join(_MASKS.get(char, char) for char in match.group(0))
+
+    return ZH_BINOMIALS.sub(hide, EN_BINOMIALS.sub(hide, text))
+
+
+def _unmask(text: str) -> str:
+    for char, mask in _MASKS.items():
+        text = text.replace(mask, char)
+    return text
+
+
 def classify(question: str) -> Classification:
-    """simple, or complex with 2–4 sub-questions; the reason names the cue that decided."""
+    """simple, or complex with 2–4 sub-questions; the reason names the cue that decided.
+    Every sub-question ends with "?" or "？" in the question's script."""
+    chinese = is_chinese(question)
+    result = _classify(_mask(question))
+    subs = [_as_question(_unmask(sub), chinese=chinese) for sub in result.sub_questions]
+    return Classification(result.complexity, result.reason, subs)
+
+
+def _as_question(sub: str, *, chinese: bool) -> str:
+    core = sub.rstrip("？?。.！! ")
+    return core + ("？" if chinese else "?")
+
+
+def _classify(question: str) -> Classification:
     text = re.sub(r"\s+", " ", question.strip())
     chinese = is_chinese(text)
     asks = split_asks(text)

@@ -92,6 +92,10 @@ EN_COMPARISON_FRAMES = (
     re.compile(r"^(?:please\s+)?(?:compare|contrast)\s+(?P<body>.+)$", re.I),
     re.compile(r"^(?P<body>.+?\s(?:vs\.?|versus)\s.+)$", re.I),
 )  # fmt: skip
+#: The compared items: "A and B", "A, B or C", "A with / to / against B".
+EN_COMPARED = re.compile(
+    r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|vs\.?|versus|with|to|against)\s+", re.IGNORECASE
+)
 EN_ATTRIBUTE = re.compile(
     r"^(?P<items>.+?)\s+(?:in\s+terms\s+of|regarding|on|in|(?P<use>for))\s+(?P<attr>.+)$"
 )
@@ -396,9 +400,13 @@ def split_items_en(text: str, *, comparison: bool) -> list[str]:
     items = [" ".join(first_item), *parts[1:-1], " ".join(last_item)]
     if any(not item or len(item.split()) > MAX_ITEM_WORDS_EN for item in items):
         return []
+    if not suffix and len(last_item) >= 2 and last_item[0].lower() not in EN_DETERMINERS:
+        # "small and medium businesses", "the sales and marketing team": the items modify
+        # one head noun that ends the question; one noun phrase, one question.
+        return []
     determiner = first_item[0] if first_item[0].lower() == "the" else ""
     items = [items[0]] + [_with_determiner(item, determiner) for item in items[1:]]
-    ender = "?" if text.rstrip().endswith("?") or prefix else "."
+    ender = "?"
     return [" ".join(filter(None, (prefix, item, suffix))) + ender for item in items]
 
 
@@ -432,7 +440,7 @@ def _with_determiner(item: str, determiner: str) -> str:
 def _comparison_items_en(body: str) -> list[str]:
     attribute = EN_ATTRIBUTE.match(body)
     items_text, attr = (attribute["items"], attribute["attr"]) if attribute else (body, "")
-    items = [part.strip() for part in EN_SPLIT.split(items_text) if part.strip()]
+    items = [part.strip() for part in EN_COMPARED.split(items_text) if part.strip()]
     if len(items) < 2 or any(len(item.split()) > MAX_ITEM_WORDS_EN for item in items):
         return []
     if attr and attribute and attribute["use"]:
