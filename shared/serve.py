@@ -93,7 +93,33 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     return None
 
 
-async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, method: str) -> None:
+_NAMED_AT_MOST = 5
+
+
+def subject_of(request: Any) -> str:
+    """What a failed call was about, for its log line: the knowledge base and the documents
+    (file names or ids) or resource name its request names; never its text or content.
+    "" when it names none (a question, a query)."""
+    parts: list[str] = []
+    knowledge_base = getattr(request, "knowledge_base", "")
+    if isinstance(knowledge_base, str) and knowledge_base:
+        parts.append(f"knowledge base {knowledge_base}")
+    name = getattr(request, "name", "")
+    if isinstance(name, str) and name:
+        parts.append(name)
+    documents = [str(d.document_id or d.filename) for d in getattr(request, "documents", ()) or ()]
+    documents += [str(f) for f in getattr(request, "filenames", ()) or ()]
+    documents += [str(i) for i in getattr(request, "document_ids", ()) or ()]
+    if documents:
+        more = len(documents) - _NAMED_AT_MOST
+        named = ", ".join(documents[:_NAMED_AT_MOST]) + (f" and {more} more" if more > 0 else "")
+        parts.append(f"documents {named}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+async def _abort_for(
+    exc: BaseException, context: grpc.aio.ServicerContext, method: str, request: Any = None
+) -> None:
     if isinstance(exc, grpc.aio.AbortError):
         raise exc  # the handler already chose its status
     if isinstance(exc, NotImplementedError):
@@ -101,10 +127,10 @@ async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, meth
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
     mapped = status_for(exc)
     if mapped is None:
-        log.error("unhandled error in %s", method, exc_info=exc)
+        log.error("unhandled error in %s%s", method, subject_of(request), exc_info=exc)
         mapped = (grpc.StatusCode.INTERNAL, "internal error")
     elif mapped[0] == grpc.StatusCode.INTERNAL:
-        log.error("%s failed: %s", method, mapped[1])
+        log.error("%s failed%s: %s", method, subject_of(request), mapped[1])
     await context.abort(*mapped)
 
 
@@ -113,7 +139,7 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callabl
         try:
             return await behavior(request, context)
         except Exception as exc:  # the one place errors become status codes
-            await _abort_for(exc, context, method)
+            await _abort_for(exc, context, method, request)
 
     return wrapper
 
@@ -124,7 +150,7 @@ def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., Any
             async for item in produced_items(behavior, request, context):
                 yield item
         except Exception as exc:  # the one place errors become status codes
-            await _abort_for(exc, context, method)
+            await _abort_for(exc, context, method, request)
 
     return wrapper
 

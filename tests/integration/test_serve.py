@@ -69,6 +69,9 @@ class ProbeServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def DeleteDocuments(self, request, context):
         return retrieval_pb2.DeleteDocumentsResponse(deleted_chunks=len(request.filenames))
 
+    async def IngestDocuments(self, request, context):
+        raise RuntimeError("the store refused the rows")
+
 
 class StreamingProbe(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     async def StreamRun(self, request, context):
@@ -255,3 +258,22 @@ async def test_reflection_v1_and_v1alpha_stay_open_under_auth_token(reflection):
     finally:
         await channel.close()
         await server.stop(0)
+
+
+async def test_a_failed_call_is_logged_naming_its_documents_and_knowledge_base(running, caplog):
+    # The log line of a failed ingest named no file.
+    _, _, channel = running
+    stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+    request = retrieval_pb2.IngestDocumentsRequest(
+        knowledge_base="hr",
+        documents=[
+            retrieval_pb2.SourceDocument(filename="leave.md", content=b"secret content"),
+            retrieval_pb2.SourceDocument(filename="x.md", document_id="policies/pay.md"),
+        ],
+    )
+    with caplog.at_level("ERROR", logger="shared.serve"), pytest.raises(grpc.aio.AioRpcError):
+        await stub.IngestDocuments(request)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "shared.serve"]
+    assert "IngestDocuments" in line and "knowledge base hr" in line
+    assert "documents leave.md, policies/pay.md" in line
+    assert "secret content" not in line
