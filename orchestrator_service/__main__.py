@@ -20,14 +20,13 @@ def main(argv: list[str] | None = None) -> int:
         return cli_main(argv)
     import uvloop
 
-    from orchestrator_service.bootstrap import serve_app
-
     # uvloop: less CPU per Run (docs/benchmarks.md#orchestrator_throughput); workers: one process
-    # per core at most.
+    # per core at most. The composition root is imported by name once the settings are read
+    # and the ports checked free: a busy port fails before its slow imports.
     return run_service(
         "orchestrator_service",
         OrchestratorSettings,
-        serve_app,
+        "orchestrator_service.bootstrap:serve_app",
         workers=lambda settings: settings.worker_count,
         loop_factory=uvloop.new_event_loop,
     )

@@ -13,6 +13,7 @@ so the orchestrator (kubelet, `make run`) restarts the whole set."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -20,12 +21,12 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
 from shared.errors import ConfigurationError
-from shared.logs import configure_logging
+from shared.logs import adopt_library_loggers, configure_logging
 from shared.settings import ServerSettings
 from shared.tracing import configure_tracing, shutdown_tracing
 
@@ -95,12 +96,22 @@ def _fail(service: str, message: str) -> int:
 
 Serve = Callable[[S, Callable[[], None]], Coroutine[Any, Any, None]]
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+#: `serve` itself, or its "module:name", imported only once the settings are read and the
+#: ports checked free, so that a bad setting or a busy port fails before the slow imports.
+ServeRef = Serve[S] | str
+
+
+def _resolve(serve: ServeRef[S]) -> Serve[S]:
+    if not isinstance(serve, str):
+        return serve
+    module, _, name = serve.partition(":")
+    return cast(Serve[S], getattr(importlib.import_module(module), name))
 
 
 def run_service(
     service: str,
     load_settings: Callable[[], S],
-    serve: Serve[S],
+    serve: ServeRef[S],
     *,
     workers: Callable[[S], int] | None = None,
     loop_factory: LoopFactory | None = None,
@@ -108,8 +119,8 @@ def run_service(
     """Read the settings, configure logging and run `serve(settings, on_started)` until it
     returns; the exit status. `serve` calls `on_started` once its server listens. `workers`
     gives the number of server processes from the settings (1 when absent); with more, `serve`
-    and `loop_factory` must be importable module-level names (workers are spawned, not forked:
-    gRPC's core does not survive a fork)."""
+    (or its "module:name") and `loop_factory` must be importable module-level names (workers
+    are spawned, not forked: gRPC's core does not survive a fork)."""
     try:
         settings = load_settings()
         count = 1 if workers is None else workers(settings)
@@ -124,7 +135,7 @@ def run_service(
     return _run(service, settings, serve, loop_factory)
 
 
-def _run(service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory | None) -> int:
+def _run(service: str, settings: S, serve: ServeRef[S], loop_factory: LoopFactory | None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     quiet = StartupTracebacks()
     for handler in logging.getLogger().handlers:
@@ -136,7 +147,9 @@ def _run(service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory |
     try:
         configure_tracing(service, record_questions=settings.otel_record_questions)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(serve(settings, started))
+            body = _resolve(serve)
+            adopt_library_loggers()  # those the import brought, with handlers of their own
+            runner.run(body(settings, started))
     except ConfigurationError as exc:
         log.debug("start-up failed", exc_info=True)
         return _fail(service, exc.message)
@@ -146,7 +159,7 @@ def _run(service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory |
 
 
 def _worker(
-    service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory | None, index: int
+    service: str, settings: S, serve: ServeRef[S], loop_factory: LoopFactory | None, index: int
 ) -> None:
     if index > 0:
         # One /metrics endpoint per pod: worker 0's (the port cannot be shared; see
@@ -156,7 +169,7 @@ def _worker(
 
 
 def _supervise(
-    service: str, settings: S, serve: Serve[S], loop_factory: LoopFactory | None, count: int
+    service: str, settings: S, serve: ServeRef[S], loop_factory: LoopFactory | None, count: int
 ) -> int:
     configure_logging(settings.log_level, settings.log_format)
     context = multiprocessing.get_context("spawn")

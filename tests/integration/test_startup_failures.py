@@ -84,17 +84,27 @@ def test_a_port_in_use_is_one_line_naming_it(tmp_path, busy_port, module, variab
 
 
 @pytest.mark.parametrize(
-    "variable", ["RETRIEVAL_PORT", "METRICS_PORT", "RETRIEVAL_METRICS_PORT", "HEALTH_PORT"]
+    ("module", "variable"),
+    [
+        ("retrieval_service", "RETRIEVAL_PORT"),
+        ("retrieval_service", "METRICS_PORT"),
+        ("retrieval_service", "RETRIEVAL_METRICS_PORT"),
+        ("retrieval_service", "HEALTH_PORT"),
+        ("orchestrator_service", "ORCHESTRATOR_PORT"),
+        ("orchestrator_service", "ORCHESTRATOR_METRICS_PORT"),
+    ],
 )
-def test_a_busy_port_fails_at_once_before_the_store_opens(tmp_path, busy_port, variable) -> None:
+def test_a_busy_port_fails_at_once_before_the_store_opens(
+    tmp_path, busy_port, module, variable
+) -> None:
     # It used to open the store first (7 s) and print gRPC core's "Failed to add port" line.
     data = tmp_path / "never"
     started = time.monotonic()
     result = _start(
-        "retrieval_service",
+        module,
         tmp_path,
         MILVUS_URI=str(data / "kb.db"),
-        **{"RETRIEVAL_PORT": "0", variable: str(busy_port)},
+        **{"RETRIEVAL_PORT": "0", "ORCHESTRATOR_PORT": "0", variable: str(busy_port)},
     )
     elapsed = time.monotonic() - started
     _assert_one_line_naming(result, variable)
