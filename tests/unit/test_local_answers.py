@@ -163,3 +163,46 @@ def test_sections_of_one_named_thing_are_not_several_things_to_choose_from() -> 
     assert answer("How long do the Zephyr Widget batteries last?", [doc(ZEPHYR)]) == (
         "The Zephyr Widget batteries last about 18 hours of continuous use[1]."
     )
+
+
+ROLES_EN = (
+    "# Roles in Harbor Quest\n\n## Navigator\nThe Navigator is a support role. Its skill is Star "
+    "Chart.\n\n## Quartermaster\nThe Quartermaster is a tank role. Its skill is Iron Hull.\n\n"
+    "## Lookout\nThe Lookout is a ranged role. Its skill is Eagle Eye."
+)
+ROLES_ZH = (
+    "# 《星海守望者》的角色\n\n## 丹瑾\n丹瑾是治疗角色，属性为水。\n\n"
+    "## 赤羽\n赤羽是近战输出角色，属性为火。\n\n## 墨言\n墨言是远程辅助角色，属性为风。"
+)
+
+
+@pytest.mark.parametrize(
+    ("choice", "option"),
+    [
+        ("2", "Quartermaster"),
+        ("#2", "Quartermaster"),
+        ("the second", "Quartermaster"),
+        ("第二个", "Quartermaster"),
+        ("B", "Quartermaster"),
+        ("1", "Navigator"),
+        ("the last", "Lookout"),
+        ("3", "Lookout"),
+    ],
+)
+def test_a_resume_answer_picks_the_option_at_its_place(choice: str, option: str) -> None:
+    question = "What is the skill of this role?"
+    docs = [doc(ROLES_EN, "harbor_quest_roles.en.md")]
+    assert grade(question, docs).hitl_options == ["Navigator", "Quartermaster", "Lookout"]
+    resumed = grade(f"{choice}：{question}", docs)
+    assert resumed.route == "answer" and resumed.ambiguity == "none"
+    written = answer(f"{choice}：{question}", docs)
+    assert option in build_citations(written, docs)[0].quote or option in written
+
+
+def test_a_chinese_resume_answer_by_place_and_an_out_of_range_one() -> None:
+    docs = [doc(ROLES_ZH, "star_guardians_roles.zh.md")]
+    assert grade("这个角色的属性是什么？", docs).hitl_options == ["丹瑾", "赤羽", "墨言"]
+    assert grade("第二个：这个角色的属性是什么？", docs).route == "answer"
+    assert "火" in answer("第二个：这个角色的属性是什么？", docs)
+    # No fourth option: the choice stays as written and the grade asks again.
+    assert grade("4：这个角色的属性是什么？", docs).route == "clarify"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator_service.answer import MARKER, sentences, split_terminal
+from orchestrator_service.models.local.grading import pick_option
 from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.text import Term, key_terms, prepare_evidence
 from shared.lang import CJK_CHAR, is_chinese
@@ -194,6 +195,7 @@ def asks_quantity(question: str) -> bool:
 def choose_sentences(
     question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
 ) -> list[_Candidate]:
+    question = pick_option(question, docs)
     terms = key_terms(question)
     chinese = is_chinese(question)
     every = _candidates(docs, terms)
@@ -241,7 +243,7 @@ def choose_sentences(
     while rest and uncovered and len(chosen) < MAX_SENTENCES:
         best = max(
             rest,
-            key=lambda c: (len(c.said & uncovered), len(c.said), -c.rank, -c.position),
+            key=lambda c: (len(c.said & uncovered), len(c.covered), -c.rank, -c.position),
         )
         if not best.said & uncovered:
             break

@@ -114,6 +114,7 @@ class Coverage:
 def grade(
     question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
 ) -> EvidenceGrade:
+    question = pick_option(question, docs)
     chinese = is_chinese(question)
     evidence = prepare_evidence(list(docs))
     coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
@@ -208,6 +209,61 @@ def grade(
         else "",
         reason=f"{relevance}/{answerability}: " + signals,
     )
+
+
+#: A resumed question "{answer}：{question}" whose answer picks an option by its place:
+#: "2", "#2", "the second", "第二个", "B".
+_CHOICE = re.compile(
+    r"^\s*(?:(?:option\s*|#\s*|no\.?\s*)?(?P<number>\d{1,2})|(?P<letter>[A-Ha-h])|"
+    r"(?:the\s+)?(?P<ordinal>first|second|third|fourth|fifth|last)(?:\s+one)?|"
+    r"第(?P<zh>[一二三四五六七八\d])(?:个|项|种|份)?)\s*[：:]\s*(?P<rest>.+)$",
+    re.IGNORECASE | re.DOTALL,
+)
+_ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "last": -1}
+_ZH_DIGITS = "一二三四五六七八"
+
+
+def chosen_place(question: str) -> tuple[int, str] | None:
+    """(1-based place, or -1 for the last; the question without the choice) when a resumed
+    question picks an option by its place, else None."""
+    match = _CHOICE.match(question)
+    if not match:
+        return None
+    if match["number"]:
+        place = int(match["number"])
+    elif match["letter"]:
+        place = ord(match["letter"].upper()) - ord("A") + 1
+    elif match["ordinal"]:
+        place = _ORDINALS[match["ordinal"].lower()]
+    else:
+        zh = match["zh"]
+        place = int(zh) if zh.isdigit() else _ZH_DIGITS.index(zh) + 1
+    return place, match["rest"].strip()
+
+
+def options_for(question: str, docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The options a grade of `question` over `docs` offers the user (clarify or scope_select),
+    the same way `grade` finds them; [] when it offers none."""
+    evidence = prepare_evidence(list(docs))
+    coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
+    slot = missing_slot(question, coverage.window, chinese=is_chinese(question))
+    if slot:
+        return slot[1]
+    return competing_documents(question, coverage)
+
+
+def pick_option(question: str, docs: Sequence[Mapping[str, Any]]) -> str:
+    """A resume answer naming an option by its place ("2：What is the skill of this role?")
+    becomes that option's name ("Navigator：What is the skill of this role?"), the options
+    found again over the same evidence; any other question is returned as it is."""
+    chosen = chosen_place(question)
+    if chosen is None:
+        return question
+    place, rest = chosen
+    options = options_for(rest, docs)
+    if not options or not (place == -1 or 1 <= place <= len(options)):
+        return question
+    return f"{options[place - 1] if place > 0 else options[-1]}：{rest}"
 
 
 #: A capitalised word after the first, a lone capital letter ("team B") or a number.
