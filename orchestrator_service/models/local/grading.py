@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from orchestrator_service.answer import sentences
@@ -282,11 +283,9 @@ def question_names(question: str, *, chinese: bool | None = None) -> list[str]:
         chinese = is_chinese(question)
     if not chinese:
         return [m.group(0) for m in _EN_NAME.finditer(question) if m.group(0) != "I"]
-    import jieba.posseg
-
     names = []
-    for pair in jieba.posseg.lcut(question):
-        word, flag = pair.word.strip(), pair.flag
+    for word, flag in parts_of_speech(question):
+        word = word.strip()
         if word and (flag in _ZH_NAME_FLAGS or (flag == "m" and word.isdigit())):
             names.append(word)
     return names
@@ -314,17 +313,23 @@ def absent_nouns(question: str, coverage: Coverage, *, chinese: bool) -> list[st
     "all but one" rule may leave out must not be the thing asked about (产假 beside 年假)."""
     if not chinese:
         return []
+    keys = {term.key for term in coverage.terms} - {term.key for term in coverage.union_covered}
+    if not keys:
+        return []
+    return [
+        word
+        for word, flag in parts_of_speech(question)
+        if word in keys and flag.startswith("n") and len(word) >= 2 and word not in ZH_FRAMING_NOUNS
+    ]
+
+
+@lru_cache(maxsize=1024)
+def parts_of_speech(question: str) -> tuple[tuple[str, str], ...]:
+    """jieba's (word, part-of-speech tag) pairs of a Chinese question, cached: the grade, its
+    rewrite's second grade and the answerer read the same question."""
     import jieba.posseg
 
-    keys = {term.key for term in coverage.terms} - {term.key for term in coverage.union_covered}
-    return [
-        pair.word
-        for pair in jieba.posseg.lcut(question)
-        if pair.word in keys
-        and pair.flag.startswith("n")
-        and len(pair.word) >= 2
-        and pair.word not in ZH_FRAMING_NOUNS
-    ]
+    return tuple((pair.word, pair.flag) for pair in jieba.posseg.lcut(question))
 
 
 def follow_up_prompt(coverage: Coverage, *, chinese: bool) -> str:
