@@ -282,3 +282,12 @@ def test_make_certs_then_make_run_with_tls_then_the_readme_tls_calls(tmp_path: P
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_make_help_lists_the_benchmarks() -> None:
+    shown = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    listed = {line.strip() for line in shown.stdout.splitlines()}
+    benches = {p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_")}
+    assert benches and benches <= listed, shown.stdout
+    assert any(line.startswith("make certs") for line in listed), shown.stdout
