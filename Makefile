@@ -15,7 +15,7 @@ BREAKING_REF = $(shell git rev-parse --verify -q refs/heads/main >/dev/null \
 SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 .DEFAULT_GOAL := help
-.PHONY: help setup proto run test test-unit typecheck lint bench clean certs
+.PHONY: help setup proto run test test-unit typecheck lint bench clean images certs
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -66,6 +66,11 @@ lint: setup ## ruff check + format check, buf lint, buf breaking against main
 	$(VENV)/bin/ruff format --check .
 	cd protos && ../$(VENV)/bin/buf lint
 	cd protos && ../$(VENV)/bin/buf breaking --against '../.git#ref=$(BREAKING_REF),subdir=protos'
+
+# Both service images, tagged with the manifests' version; builds on a local base from the Debian
+# mirror where the registry's base cannot be pulled (deploy/README.md, "Build").
+images: ## Build supermew/retrieval and supermew/orchestrator with podman or docker
+	deploy/docker/build-images.sh
 
 certs: setup ## A local CA, server and client certificates in ./data/certs (README "TLS")
 	$(PY) -m shared.certs data/certs

@@ -5,6 +5,7 @@ resolved through the stages it is built FROM."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,14 +44,31 @@ def instructions(text: str) -> list[Instruction]:
     return result
 
 
+def global_args(path: Path) -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults (what a build without --build-arg
+    uses)."""
+    found: dict[str, str] = {}
+    for ins in instructions(path.read_text(encoding="utf-8")):
+        if ins.keyword == "FROM":
+            break
+        if ins.keyword == "ARG":
+            name, _, default = ins.args.partition("=")
+            found[name.strip()] = default.strip()
+    return found
+
+
 def stages(path: Path) -> dict[str, Stage]:
+    """The stages by name; a FROM's `${ARG}` is resolved to the global ARG's default."""
     found: dict[str, Stage] = {}
     current: Stage | None = None
+    defaults = global_args(path)
     for ins in instructions(path.read_text(encoding="utf-8")):
+        if ins.keyword == "ARG" and current is None:
+            continue
         if ins.keyword == "FROM":
             words = ins.args.split()
             words = [w for w in words if not w.startswith("--platform")]
-            base = words[0]
+            base = re.sub(r"\$\{?(\w+)\}?", lambda m: defaults.get(m[1], m[0]), words[0])
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else str(len(found))
             current = found[name] = Stage(name, base)
         else:

@@ -1,7 +1,8 @@
 """deploy/docker/Dockerfile keeps its invariants (no docker engine is needed to check them):
-pinned slim Python base within requires-python, stubs generated in the build stage, install
-from the lock, non-root numeric USER, exec-form entrypoints, EXPOSE = the settings' default
-ports, no download at build or run time, and a build context limited by .dockerignore."""
+its base an ARG (PYTHON_IMAGE) defaulting to a pinned slim Python within requires-python, stubs
+generated in the build stage, install from the lock, non-root numeric USER, exec-form
+entrypoints, EXPOSE = the settings' default ports, no download at build or run time, and a
+build context limited by .dockerignore."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 
 from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.settings import RetrievalSettings
-from tests.deploy.dockerfile import Stage, chain, effective, exec_form, stages
+from tests.deploy.dockerfile import Stage, chain, effective, exec_form, global_args, stages
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
@@ -55,6 +56,17 @@ def test_base_image_is_a_pinned_slim_python_within_requires_python(
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     requires = pyproject["project"]["requires-python"]
     assert match["version"] in SpecifierSet(requires), f"{match['version']} vs {requires}"
+
+
+def test_the_base_is_an_argument_defaulting_to_the_published_base(
+    all_stages: dict[str, Stage],
+) -> None:
+    # A registry-less machine builds the same file on a local base (deploy/docker/make-base.sh).
+    assert global_args(DOCKERFILE).get("PYTHON_IMAGE"), "no ARG PYTHON_IMAGE=<default> before FROM"
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    external = [f for f in froms if f not in all_stages]
+    assert external and set(external) == {"${PYTHON_IMAGE}"}, external
 
 
 def test_multi_stage_with_runtime_built_from_the_build_stage_output(
