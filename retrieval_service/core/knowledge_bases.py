@@ -28,6 +28,28 @@ log = logging.getLogger(__name__)
 
 ACTIVE, DELETING = 0, 1
 UPDATABLE = ("display_name", "description")
+#: The longest display_name and description, in characters (the store keeps 4 bytes each).
+MAX_DISPLAY_NAME_CHARS = 256
+MAX_DESCRIPTION_CHARS = 4096
+
+
+def _check_texts(display_name: str, description: str, prefix: str) -> None:
+    if len(display_name) > MAX_DISPLAY_NAME_CHARS:
+        raise InvalidArgument(
+            f"{prefix}display_name", f"is longer than {MAX_DISPLAY_NAME_CHARS} characters"
+        )
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        raise InvalidArgument(
+            f"{prefix}description", f"is longer than {MAX_DESCRIPTION_CHARS} characters"
+        )
+
+
+def _named(text: str, field: str) -> str:
+    """Get, Update and Delete name their knowledge base explicitly (AIP-131/134/135): an empty
+    name is the caller's mistake, not the default."""
+    if not text.strip():
+        raise InvalidArgument(field, "must name a knowledge base (knowledge_bases/{id})")
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +135,7 @@ class KnowledgeBases:
         self, kb_id: str, display_name: str = "", description: str = ""
     ) -> KnowledgeBase:
         name = "knowledge_bases/" + check_kb_id(kb_id, "knowledge_base_id")
+        _check_texts(display_name, description, "knowledge_base.")
         if await self._store.get(name) is not None:
             raise AlreadyExists("knowledge_base_id", f"{name!r} already exists")
         record = KnowledgeBaseRecord(name, display_name, description, int(time.time() * 1000))
@@ -120,7 +143,7 @@ class KnowledgeBases:
         return KnowledgeBase(record, 0, 0)
 
     async def get(self, text: str, field: str = "name") -> KnowledgeBase:
-        name = await self.require(text, field)
+        name = await self.require(_named(text, field), field)
         record = await self._store.get(name)
         assert record is not None
         return (await self._counted([record]))[0]
@@ -144,7 +167,12 @@ class KnowledgeBases:
                 raise InvalidArgument(
                     "update_mask", f"paths[{i}] {path!r} is not one of {', '.join(UPDATABLE)}"
                 )
-        name = await self.require(name_text, "knowledge_base.name")
+        name = await self.require(_named(name_text, "knowledge_base.name"), "knowledge_base.name")
+        _check_texts(
+            display_name if "display_name" in set(paths or UPDATABLE) else "",
+            description if "description" in set(paths or UPDATABLE) else "",
+            "knowledge_base.",
+        )
         record = await self._store.get(name)
         assert record is not None
         wanted = set(paths or UPDATABLE)
@@ -156,7 +184,7 @@ class KnowledgeBases:
         return (await self._counted([record]))[0]
 
     async def delete(self, text: str, force: bool) -> None:
-        name = await self.require(text, "name")
+        name = await self.require(_named(text, "name"), "name")
         if name == DEFAULT_KB:
             raise FailedPrecondition("name", f"{DEFAULT_KB} cannot be deleted")
         record = await self._store.get(name)

@@ -158,7 +158,7 @@ async def test_create_get_list_update(world: World) -> None:
     assert got.document_count == 2
     entries = (await ingestor.list_page(10, "", knowledge_base="team")).entries
     assert got.chunk_count == sum(e.level_count(lvl) for e in entries for lvl in LEVELS) > 2
-    assert (await kbs.get("")).document_count == 0  # the default
+    assert (await kbs.get("default")).document_count == 0  # the default
     for i in range(3):
         await kbs.create(f"z{i}")
     names: list[str] = []
@@ -205,6 +205,29 @@ async def test_delete_rules(world: World) -> None:
     assert world.rows(DEFAULT_KB)  # the default's copy stays
     await kbs.create("empty")
     await kbs.delete("knowledge_bases/empty", force=False)  # an empty one needs no force
+
+
+async def test_get_update_delete_need_a_name_and_texts_have_limits(world: World) -> None:
+    kbs, _ = world.build()
+    for call, named in (
+        (kbs.get(""), "name"),
+        (kbs.delete(" ", force=False), "name"),
+        (kbs.update("", "x", "", ["display_name"]), "knowledge_base.name"),
+    ):
+        with pytest.raises(InvalidArgument) as bad:
+            await call
+        assert bad.value.field == named
+    with pytest.raises(InvalidArgument) as long_name:
+        await kbs.create("wordy", "n" * 257)
+    assert long_name.value.field == "knowledge_base.display_name"
+    with pytest.raises(InvalidArgument) as long_text:
+        await kbs.update("team", "", "d" * 4097, ["description"])
+    assert long_text.value.field == "knowledge_base.description"
+    # Only the masked field is checked: a long description not in the mask changes nothing.
+    kept = await kbs.update("team", "Team B", "d" * 4097, ["display_name"])
+    assert (kept.record.display_name, kept.record.description) == ("Team B", "the team's notes")
+    with pytest.raises(NotFound):
+        await kbs.get("wordy")
 
 
 # ---- documents keyed by (knowledge base, document_id) -----------------------------------------
