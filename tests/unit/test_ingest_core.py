@@ -276,7 +276,9 @@ async def test_an_embedder_failure_commits_the_documents_embedded_before_it(worl
     assert world.rows_of("c.md") == {lvl: [] for lvl in LEVELS}
 
 
-async def test_a_failed_write_keeps_the_previous_version(world: World) -> None:
+async def test_a_failed_write_keeps_the_previous_version(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
     await world.ingestor().ingest([md(DOC, OLD)])
     old = await world.registry.get(DOC)
     assert old is not None
@@ -284,6 +286,9 @@ async def test_a_failed_write_keeps_the_previous_version(world: World) -> None:
     with pytest.raises(StoreUnavailable):
         await world.ingestor(window=2).ingest([md(DOC, NEW)])
     await assert_only(world, DOC, old)
+    # The operator's log names the document whose write failed.
+    failed = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(DOC in line and "failed" in line for line in failed), failed
 
 
 async def test_a_failed_commit_keeps_the_previous_version(world: World) -> None:

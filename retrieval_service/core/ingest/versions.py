@@ -10,7 +10,7 @@ behind. Each step is a named checkpoint (`CRASH_POINTS`) where tests stop the wr
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -215,7 +215,12 @@ class VersionProtocol:
             committed = [replace(v.entry, state=COMMITTED) for v in completed]
             await self._registry.put(*committed)  # the commit: these versions are current
         except STORE_FAILURES:
-            log.error("writing %d rows failed; previous versions stay current", len(staged[3]))
+            names = _named(c.document_id or c.record.filename for c in staged[3])
+            log.error(
+                "writing %d rows of %s failed; their previous versions stay current",
+                sum(map(len, staged.values())),
+                names,
+            )
             raise
         for v, entry in zip(completed, committed, strict=True):
             v.entry, v.committed = entry, True
@@ -238,7 +243,10 @@ class VersionProtocol:
             await self.remove(entries, "discard")
         except STORE_FAILURES:
             # The write's own error is what the caller hears; reconciliation removes the rest.
-            log.error("removing %d uncommitted versions failed", len(entries))
+            log.error(
+                "removing the uncommitted versions of %s failed",
+                _named(e.document_id for e in entries),
+            )
 
     async def settle(self, entries: list[DocumentEntry]) -> None:
         """After a commit, per document: if a newer version was committed meanwhile (another
@@ -259,7 +267,9 @@ class VersionProtocol:
                 doomed += [r for r in mine if r.state != PENDING and r.version < entry.version]
             await self.remove(doomed, "during_cleanup")
         except STORE_FAILURES:
-            log.error("removing older versions of %d documents failed", len(entries))
+            log.error(
+                "removing older versions of %s failed", _named(e.document_id for e in entries)
+            )
 
     async def _records_of(
         self, entries: Sequence[DocumentEntry]
@@ -369,3 +379,10 @@ class VersionProtocol:
         await self.seal()
         log.info("reconciliation removed %d stale document versions", len(entries))
         return len(entries)
+
+
+def _named(document_ids: Iterable[str], most: int = 5) -> str:
+    """Up to `most` document ids for a log line, and how many more there are."""
+    names = sorted(set(document_ids))
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
