@@ -179,6 +179,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     for name, value in score(outcomes).items():
         print(f"{name:<26}{value:.3f}")
+    routed = [str(o["result"].route) for o in outcomes]  # type: ignore[attr-defined]
+    absent = [o for o in outcomes if o["route"] != "answer"]
+    print(
+        f"routed no_knowledge: {routed.count('no_knowledge')}, clarify: {routed.count('clarify')}, "
+        f"scope_select: {routed.count('scope_select')}; absent or near-miss questions not "
+        f"answered: {sum(o['result'].route != 'answer' for o in absent)} of {len(absent)}"  # type: ignore[attr-defined]
+    )
     print("misses:")
     for o in outcomes:
         result = o["result"]
