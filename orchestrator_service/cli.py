@@ -43,6 +43,11 @@ from shared.tls import add_tls_arguments, credentials_from_arguments, mismatch_h
 
 #: Characters of a chunk's text shown in the evidence list (`--json` has them all).
 SNIPPET_CHARS = 90
+#: The leading chunks the evidence grade reads; shown by default with the cited ones.
+GRADED = 3
+#: RRF with k=60 over two rankings: first in both scores 2/61, at most 2/60.
+RRF_BEST = 2 / 61
+RRF_MAX = 2 / 60
 
 
 def answer_to_dict(answer: orchestrator_pb2.Answer) -> dict[str, Any]:
@@ -86,7 +91,7 @@ def format_step(step: Any) -> str:
     return f"{step.elapsed_ms:>6} ms  {step.icon} {step.label}{detail}{group}"
 
 
-def print_result(data: dict[str, Any], out: TextIO) -> None:
+def print_result(data: dict[str, Any], out: TextIO, *, all_evidence: bool = False) -> None:
     trace = data["rag_trace"] or {}
     print(f"question: {data['question']}", file=out)
     print(f"route:    {data['route']} ({data['retrieval_status']})", file=out)
@@ -109,11 +114,34 @@ def print_result(data: dict[str, Any], out: TextIO) -> None:
             print(f"  [{c['index']}] {c['filename']} (Page {c['page_number']})", file=out)
             print(f"      “{c['quote']}”", file=out)
     print(f"evidence: {len(data['docs'])} chunk(s)", file=out)
+    # By default the chunks the grade read (the top GRADED) and those the answer cites.
+    cited = {c["index"] for c in answer["citations"]} if answer is not None else set()
+    hidden = 0
     for i, doc in enumerate(data["docs"], start=1):
+        if not all_evidence and i > GRADED and i not in cited:
+            hidden += 1
+            continue
         score = doc.get("rerank_score", doc.get("score"))
         print(f"  [{i}] {doc['filename']} (Page {doc['page_number']}) score={score:.4f}", file=out)
         print(f"      {snippet(doc['text'])}", file=out)
+        print(f"      ({score_note(doc)})", file=out)
+    if hidden:
+        print(f"  … {hidden} more, neither graded nor cited (--all-evidence shows them)", file=out)
     print(f"trace:    {trace_summary(trace)} (--json prints the whole trace)", file=out)
+
+
+def score_note(doc: dict[str, Any]) -> str:
+    """What a chunk's score says: which signal it is and how to read it."""
+    if doc.get("rerank_score") is not None:
+        return "reranker relevance, 0–1"
+    score = float(doc.get("score") or 0.0)
+    if 0 < score <= RRF_MAX:
+        rank = f"fused rank {doc['rrf_rank']}, " if doc.get("rrf_rank") else ""
+        return (
+            f"{rank}RRF of the dense and keyword rankings: {score / RRF_BEST:.0%} of a chunk "
+            "ranked first by both"
+        )
+    return "cosine similarity to the question, 0–1"
 
 
 def snippet(text: str) -> str:
@@ -147,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--stream", action="store_true", help="show progress steps live")
     common.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    common.add_argument(
+        "--all-evidence",
+        action="store_true",
+        help="list every retrieved chunk (default: the graded top 3 and the cited ones)",
+    )
     common.add_argument(
         "--no-answer", action="store_true", help="return the evidence without writing an answer"
     )
@@ -253,5 +286,5 @@ def _main(argv: list[str] | None) -> int:
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2))
     else:
-        print_result(data, sys.stdout)
+        print_result(data, sys.stdout, all_evidence=args.all_evidence)
     return 0
