@@ -31,7 +31,9 @@ from shared.lexical import stem
 
 MAX_SENTENCES = 3
 #: Candidates compared by meaning: the best few by key terms (each is a forward pass).
-MEANING_CANDIDATES = 6
+MEANING_CANDIDATES = 3
+#: … and only those within this share of the best: 0.3 × 0.5 = 0.15 of score.
+MEANING_REACH = 0.5
 #: The lead is the candidate with the highest cosine + TERMS_WEIGHT × its weighted share of
 #: the key terms (e5 cosines of related sentences lie within ≈ 0.1 of each other).
 TERMS_WEIGHT = 0.3
@@ -217,7 +219,15 @@ def choose_sentences(
     close: dict[int, float] = {}
     if meaning is not None:
         shortlist = by_terms[:MEANING_CANDIDATES]
-        scores = meaning.similarities(question, [c.claim or c.sentence for c in shortlist])
+        # Cosines of related sentences lie within ≈ 0.15 of each other: a candidate whose share
+        # trails the best by more than MEANING_REACH cannot overtake it, so it is not encoded.
+        best_share = share(by_terms[0])
+        shortlist = [c for c in shortlist if share(c) >= best_share - MEANING_REACH]
+        scores = (
+            meaning.similarities(question, [c.claim or c.sentence for c in shortlist])
+            if len(shortlist) > 1
+            else [0.0]
+        )
         close = {id(c): s for c, s in zip(shortlist, scores, strict=True)}
         by_terms = shortlist
     lead = max(
