@@ -118,7 +118,6 @@ def manifest(service: str) -> Manifest:
 @dataclass
 class Deployment:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
-    built: dict[str, str] = field(default_factory=dict)
     report: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
 
@@ -154,6 +153,12 @@ class Deployment:
         container = Container(name, spec, {p: published(name, p) for p in spec.ports})
         container.wait_serving(SERVICES[service], began)
         return container
+
+
+def address(name: str) -> str:
+    return sh(
+        "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name
+    )
 
 
 def published(name: str, port: int) -> str:
@@ -262,18 +267,26 @@ def test_the_images_run_as_the_manifests_run_them(
 
     # SIGTERM drains retrieval within its grace period; a new container on the same volume has
     # the documents, and the orchestrator (not restarted) reconnects to it by name.
+    old_ip = address(retrieval.name)
     code, seconds = retrieval.sigterm()
     dep.report.append(
         f"retrieval: SIGTERM → exit {code} in {seconds:.1f} s (grace {retrieval.spec.grace} s)"
     )
     assert code == 0 and seconds < retrieval.spec.grace
+    orchestrator_started = sh("inspect", "--format", "{{.State.StartedAt}}", orchestrator.name)
     sh("rm", retrieval.name)
     replaced = dep.start("retrieval", retrieval_env, f"retrieval2-{dep.run_id}")
+    dep.report.append(f"retrieval replaced: {old_ip} → {address(replaced.name)} on the network")
     with grpc.insecure_channel(replaced.grpc_addr) as channel:
         stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
         listed = stub.ListDocuments(retrieval_pb2.ListDocumentsRequest(), timeout=30)
         assert DOCUMENT.name in {d.filename for d in listed.documents}
+        found = stub.Retrieve(retrieval_pb2.RetrieveRequest(query=QUESTION, top_k=3), timeout=60)
+        assert DOCUMENT.name in {chunk.filename for chunk in found.docs}
     assert_run_answers(orchestrator, retry_for=60)
+    assert sh("inspect", "--format", "{{.State.StartedAt}}", orchestrator.name) == (
+        orchestrator_started
+    ), "the orchestrator was restarted"
 
     # SIGTERM during a Run: the Run finishes, then the orchestrator exits within its grace.
     with grpc.insecure_channel(orchestrator.grpc_addr) as channel:
