@@ -19,6 +19,7 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 from bench.local_answers import documents
 from orchestrator_service.bootstrap import build_app
 from orchestrator_service.settings import OrchestratorSettings
+from shared.codec import rag_trace_from_proto
 from tests.integration.retrieval_harness import running_service
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -119,3 +120,20 @@ async def test_team_a_answers_where_team_b_does_not(stub: object) -> None:
     result = await ask(stub, "What is team A's secret code?")
     assert result.route == "answer"
     assert result.answer.text == "The secret code of team A is PELICAN[1]."
+
+
+@pytest.mark.parametrize("choice", ["2", "#2", "the second", "第二个", "B"])
+async def test_a_follow_up_answered_by_its_number_picks_that_option(
+    stub: object, choice: str
+) -> None:
+    asked = await ask(stub, "How much does this plan cost?")
+    assert asked.route == "clarify", asked.rag_trace.evidence_reason
+    options = rag_trace_from_proto(asked.rag_trace)["hitl_options"]
+    assert list(options) == ["Orion Basic plan", "Orion Pro plan"]
+    resumed = await stub.Resume(  # type: ignore[attr-defined]
+        orchestrator_pb2.ResumeRequest(
+            resume_state=asked.hitl_resume_state, user_answer=choice, generate_answer=True
+        )
+    )
+    assert resumed.route == "answer"
+    assert resumed.answer.text.startswith("The Orion Pro plan costs 29 dollars a month")
