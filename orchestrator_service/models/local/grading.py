@@ -32,6 +32,7 @@ from orchestrator_service.answer import sentences
 from orchestrator_service.models.base import EvidenceGrade
 from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.text import (
+    EN_STOP_WORDS,
     Evidence,
     Term,
     key_span,
@@ -40,7 +41,7 @@ from orchestrator_service.models.local.text import (
     segment,
     sub_headings,
 )
-from shared.lang import CJK_CHAR, is_chinese
+from shared.lang import is_chinese
 from shared.trace_fields import Ambiguity, Answerability, Relevance, Route
 
 WINDOW = 3
@@ -123,7 +124,7 @@ def grade(
     answerability = answerability_of(coverage)
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
-    absent = absent_names(question, coverage.best, chinese=chinese)
+    absent = absent_names(question, coverage, chinese=chinese)
     if absent:
         # The thing asked about is not where the answer would come from (team B beside team A,
         # Kestrel 3 beside Kestrel 2): no sentence of the evidence answers the question.
@@ -133,7 +134,7 @@ def grade(
             ambiguity=Ambiguity.NONE,
             route=Route.NO_KNOWLEDGE,
             confidence=0.8,
-            reason=f"none/none: names not in the best chunk: {', '.join(absent)}; " + signals,
+            reason=f"none/none: names not in the evidence: {', '.join(absent)}; " + signals,
         )
     lacking = absent_nouns(question, coverage, chinese=chinese)
     if lacking and answerability == Answerability.SUFFICIENT:
@@ -267,8 +268,12 @@ def pick_option(question: str, docs: Sequence[Mapping[str, Any]]) -> str:
     return f"{options[place - 1] if place > 0 else options[-1]}：{rest}"
 
 
-#: A capitalised word after the first, a lone capital letter ("team B") or a number.
-_EN_NAME = re.compile(r"(?<=[\s(\"'])(?:[A-Z][A-Za-z0-9-]*|\d+(?:\.\d+)?)(?=[\s?.!,;:'\")]|$)")
+#: A proper name: a capitalised word after the first ("Borealis", "Heron"), not an acronym.
+_EN_PROPER = re.compile(r"(?<=[\s\"'])[A-Z][a-z]{2,}(?=[\s?!,;:'\")]|$)")
+#: An identifier: a lone capital letter or a number right after a word ("team B", "Kestrel 3").
+_EN_IDENTIFIER = re.compile(
+    r"\b([A-Za-z][a-z]+) ([A-Z]|\d{1,4})(?!,\d)(?=[\s?!,;:'\")]|$)(?P<noun> [a-z]+)?"
+)
 #: Nouns that frame a Chinese question rather than name what it asks about ("什么时候").
 ZH_FRAMING_NOUNS = frozenset(["时候", "时间", "多长时间", "地方", "东西", "办法", "方法", "原因"])
 #: jieba's part-of-speech tags of names: place, person, organisation, other proper noun.
@@ -276,13 +281,14 @@ _ZH_NAME_FLAGS = ("ns", "nr", "nt", "nz", "eng")
 
 
 def question_names(question: str, *, chinese: bool | None = None) -> list[str]:
-    """The names the question asks about: in English a capitalised word other than the first,
-    a lone capital letter or a number; in Chinese a word jieba tags as a name, a Latin word or
-    a number."""
+    """The names the question asks about: in English a capitalised word other than the first
+    and an identifier with the word it follows ("team B", "Kestrel 3"); in Chinese a word jieba
+    tags as a name, a Latin word or a number."""
     if chinese is None:
         chinese = is_chinese(question)
     if not chinese:
-        return [m.group(0) for m in _EN_NAME.finditer(question) if m.group(0) != "I"]
+        proper = [m.group(0) for m in _EN_PROPER.finditer(question)]
+        return proper + [f"{m.group(1)} {m.group(2)}" for m in _identifiers(question)]
     names = []
     for word, flag in parts_of_speech(question):
         word = word.strip()
@@ -291,21 +297,43 @@ def question_names(question: str, *, chinese: bool | None = None) -> list[str]:
     return names
 
 
-def _mentions(text: str, name: str) -> bool:
-    if CJK_CHAR.search(name):
-        return name in text
-    if len(name) == 1 or name.isdigit():  # "B" in "team B", "3" not inside "31"
-        return re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", text) is not None
-    return re.search(rf"\b{re.escape(name.lower())}", text.lower()) is not None
+def _identifiers(question: str) -> list[re.Match[str]]:
+    """ "team B", "Kestrel 3": not a quantity ("in 2001", "than 6 months", "1 in 5")."""
+    found = []
+    for match in _EN_IDENTIFIER.finditer(question):
+        before = match.group(1).lower()
+        if before in EN_STOP_WORDS or before in _QUANTITY_WORDS:
+            continue
+        if match["noun"] and not match.group(1)[0].isupper():
+            continue  # "T cells", "type 1 diabetes": a modifier, not a name ("Kestrel 3 drone" is)
+        found.append(match)
+    return found
 
 
-def absent_names(question: str, best: Evidence | None, *, chinese: bool) -> list[str]:
-    """The question's names that the best-covering chunk does not mention."""
+_QUANTITY_WORDS = frozenset(["about", "around", "least", "nearly", "over", "under", "top", "page"])
+
+
+def absent_names(question: str, coverage: Coverage, *, chinese: bool) -> list[str]:
+    """The question's names the evidence does not hold: a proper name or an identifier ("team
+    B", "Kestrel 3") no chunk of the window mentions, a Chinese name the best-covering chunk
+    does not contain."""
+    best = coverage.best
     if best is None:
         return []
-    return [
-        name for name in question_names(question, chinese=chinese) if not _mentions(best.text, name)
+    if chinese:
+        return [name for name in question_names(question, chinese=True) if name not in best.text]
+    window = " ".join(chunk.text for chunk in coverage.window).lower()
+    absent = [
+        name
+        for name in (m.group(0) for m in _EN_PROPER.finditer(question))
+        if not re.search(rf"\b{re.escape(name.lower())}", window)
     ]
+    for match in _identifiers(question):
+        word, ident = match.group(1).lower(), match.group(2)
+        phrase = rf"\b{re.escape(word)}\w*\W+{re.escape(ident.lower())}(?![a-z0-9])"
+        if not re.search(phrase, window):
+            absent.append(f"{match.group(1)} {ident}")
+    return absent
 
 
 def absent_nouns(question: str, coverage: Coverage, *, chinese: bool) -> list[str]:
