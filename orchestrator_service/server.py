@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -15,7 +15,7 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
 from orchestrator_service.answer import Answer
 from orchestrator_service.orchestrator import Orchestrator, RunOutcome
 from orchestrator_service.runtime import RetrievalScope
-from orchestrator_service.steps import RECEIVED, QueueStepSink, Step
+from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, in_english
 from shared.codec import (
     chunk_to_proto,
     hitl_state_from_proto,
@@ -118,7 +118,8 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,
-            )
+            ),
+            request.question,
         ):
             yield event
 
@@ -136,7 +137,8 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,
-            )
+            ),
+            str(snapshot.get("question") or request.user_answer),
         ):
             yield event
 
@@ -168,13 +170,16 @@ class _AnswerPiece:
 
 
 async def _stream(
-    start: Callable[[_EventSink], Awaitable[RunOutcome]],
+    start: Callable[[_EventSink], Awaitable[RunOutcome]], question: str
 ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
     """ "📨 request received" first, then each step as the nodes emit it, then the answer's
-    pieces when one is written, then exactly one result. An error of the run propagates after
-    the events emitted before it (a cut answer stream ends in an error, never a result)."""
-    yield orchestrator_pb2.RunEvent(step=step_to_proto(RECEIVED))
+    pieces when one is written, then exactly one result, every step in `question`'s language
+    (docs/trace.md#progress-steps). An error of the run propagates after the events emitted
+    before it (a cut answer stream ends in an error, never a result)."""
     sink = _EventSink()
+    sink.for_question(question)
+    received = replace(RECEIVED, label=in_english(RECEIVED.label)) if sink.english else RECEIVED
+    yield orchestrator_pb2.RunEvent(step=step_to_proto(received))
     task: asyncio.Task[Any] = asyncio.ensure_future(start(sink))
     task.add_done_callback(lambda _t: sink.close())
     try:

@@ -362,3 +362,21 @@ async def test_retrieval_calls_are_balanced_round_robin_over_the_target_addresse
         await s.aclose()
         for r in replicas:
             await r.stop()
+
+
+async def test_an_english_question_streams_its_steps_in_english() -> None:
+    en = "What element is Danjin?"
+    ms = (
+        ModelScript()
+        .add("complexity_classification", en, complexity("simple", "one entity"))
+        .add("evidence_grade", en, grade("strong", "sufficient", "answer", confidence=0.9))
+    )
+    s = await start_stack(ms, RetrievalScript().add(en, D))
+    try:
+        events = await _events(s.stub.StreamRun(orchestrator_pb2.RunRequest(question=en)))
+    finally:
+        await s.aclose()
+    steps = _steps(events)
+    assert steps[0] == ("📨", "Request received, preparing the answer", "", "", "")
+    # Only what the question, the evidence or a reason says may hold CJK; no catalogue text does.
+    assert not [label for _, label, *_ in steps if any("\u4e00" <= c <= "\u9fff" for c in label)]
