@@ -10,9 +10,9 @@ import pytest
 
 from orchestrator_service.answer import build_citations, clean_markers
 from orchestrator_service.models.local.answer import answer_pieces, is_title
-from orchestrator_service.models.local.grading import (
+from orchestrator_service.models.local.grading import grade
+from orchestrator_service.models.local.support import (
     absent_names,
-    grade,
     measure_coverage,
     question_names,
 )

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator_service.models.base import RewritePlan
-from orchestrator_service.models.local.grading import WINDOW, measure_coverage
+from orchestrator_service.models.local.grading import WINDOW
+from orchestrator_service.models.local.support import measure_coverage
 from orchestrator_service.models.local.text import (
     Evidence,
     Term,
