@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_service.cli import (
+from retrieval_service.cli import _parser
+from retrieval_service.cli.common import (
     CliSettings,
-    _parser,
     document_metadata,
     kb_name,
-    local_documents,
     metadata_value,
     parse_metadata_flags,
 )
+from retrieval_service.cli.sync import local_documents
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,184 @@
+"""The sync command: make a knowledge base hold exactly a folder's supported files."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import grpc
+from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+from tqdm import tqdm
+
+from retrieval_service.cli.common import (
+    INGEST_TIMEOUT_SECONDS,
+    Json,
+    Metadata,
+    deadline,
+    document_metadata,
+    kb_name,
+    parse_metadata_flags,
+    rpc_reason,
+    struct_dict,
+)
+from retrieval_service.cli.documents import Bars, Ingested, document_infos, ingest_one, supported
+
+# document_ids per DeleteDocuments call of `sync`.
+_DELETE_BATCH = 500
+# SourceDocument.document_id (docs/api.md#knowledge-bases), checked before sending so that
+# `sync --dry-run` reports the same failures a real run would.
+DOCUMENT_ID = re.compile(r"[A-Za-z0-9._/:-]{1,512}")
+
+
+@dataclass
+class SyncLine:
+    """What sync did (or, with --dry-run, would do) with one document."""
+
+    action: str  # added | changed | unchanged | deleted | failed
+    document_id: str
+    path: str = ""
+    reason: str = ""
+    leaves: int = 0
+
+    def text(self) -> str:
+        if self.action == "failed":
+            return f"failed {self.document_id}: {self.reason}"
+        if self.action == "deleted":
+            return f"deleted {self.document_id}: {self.leaves} leaves"
+        if self.action == "unchanged":
+            return f"unchanged {self.document_id}"
+        return f"{self.action} {self.document_id}: {self.leaves} leaves"
+
+
+def local_documents(root: Path) -> list[tuple[str, Path]]:
+    """(document_id, file) for every supported file under `root`, the id being its path
+    relative to `root` with `/` separators; hidden files and folders are skipped."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file() and supported(path.name):
+            out.append((relative.as_posix(), path))
+    return out
+
+
+def _sync_summary(lines: list[SyncLine]) -> dict[str, int]:
+    return {
+        action: sum(line.action == action for line in lines)
+        for action in ("added", "changed", "unchanged", "deleted", "failed")
+    }
+
+
+def sync(
+    stub: retrieval_pb2_grpc.RetrievalServiceStub, args: argparse.Namespace, metadata: Metadata
+) -> int:
+    """Makes the knowledge base hold exactly the folder's files (see the package docstring)."""
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no such folder: {args.dir}")
+    flags = parse_metadata_flags(args.metadata)
+    knowledge_base = kb_name(args.kb)
+    stored = {
+        d.document_id: d
+        for d in document_infos(stub, knowledge_base, timeout=deadline(args), metadata=metadata)
+    }
+    out = None if args.json else sys.stdout
+    lines: list[SyncLine] = []
+
+    def report(line: SyncLine) -> None:
+        lines.append(line)
+        if out is not None:
+            tqdm.write(line.text(), file=out)
+
+    present: set[str] = set()
+    to_send: list[tuple[str, str, Path, Json]] = []  # (action, document_id, file, metadata)
+    for document_id, path in local_documents(root):
+        present.add(document_id)
+        if not DOCUMENT_ID.fullmatch(document_id):
+            reason = "its relative path is not a document_id ([A-Za-z0-9._/:-]{1,512})"
+            report(SyncLine("failed", document_id, str(path), reason))
+            continue
+        try:
+            values = document_metadata(path, flags)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            report(SyncLine("failed", document_id, str(path), f"cannot read ({exc.strerror})"))
+            continue
+        except ValueError as exc:
+            report(SyncLine("failed", document_id, str(path), str(exc)))
+            continue
+        old = stored.get(document_id)
+        if old is None:
+            to_send.append(("added", document_id, path, values))
+        elif old.content_sha256 != digest or struct_dict(old, "metadata") != values:
+            to_send.append(("changed", document_id, path, values))
+        else:
+            report(SyncLine("unchanged", document_id, str(path), leaves=old.l3_chunks))
+
+    bars = Bars([] if args.dry_run else [p for _, _, p, _ in to_send])
+    try:
+        for i, (action, document_id, path, values) in enumerate(to_send, start=1):
+            if args.dry_run:
+                report(SyncLine(action, document_id, str(path)))
+                continue
+            bars.start(i, len(to_send), path)
+            result = ingest_one(
+                stub,
+                path,
+                timeout=args.timeout or INGEST_TIMEOUT_SECONDS,
+                metadata=metadata,
+                on_progress=bars.progress,
+                knowledge_base=knowledge_base,
+                document_id=document_id,
+                document_metadata=values,
+            )
+            if isinstance(result, Ingested):
+                done = "unchanged" if result.document.unchanged else action
+                line = SyncLine(done, document_id, str(path), leaves=result.document.l3_chunks)
+            else:
+                line = SyncLine("failed", document_id, str(path), result.reason)
+            bars.finish(path, "", None)
+            report(line)
+    finally:
+        bars.close()
+
+    gone = sorted(set(stored) - present)
+    for start in range(0, len(gone), _DELETE_BATCH):
+        batch = gone[start : start + _DELETE_BATCH]
+        reason = ""
+        if not args.dry_run:
+            try:
+                stub.DeleteDocuments(
+                    retrieval_pb2.DeleteDocumentsRequest(
+                        document_ids=batch, knowledge_base=knowledge_base
+                    ),
+                    timeout=deadline(args),
+                    metadata=metadata,
+                )
+            except grpc.RpcError as exc:
+                reason = rpc_reason(exc)
+        for document_id in batch:
+            if reason:
+                report(SyncLine("failed", document_id, reason=f"delete: {reason}"))
+            else:
+                report(SyncLine("deleted", document_id, leaves=stored[document_id].l3_chunks))
+
+    summary = _sync_summary(lines)
+    if args.json:
+        outcome = {
+            "knowledge_base": knowledge_base,
+            "dry_run": args.dry_run,
+            "files": [asdict(line) for line in lines],
+            "summary": summary,
+        }
+        print(json.dumps(outcome, ensure_ascii=False, indent=2))
+    else:
+        counts = ", ".join(f"{n} {action}" for action, n in summary.items())
+        note = " (dry run: nothing was changed)" if args.dry_run else ""
+        print(f"sync {knowledge_base}: {counts}{note}")
+    return 1 if summary["failed"] else 0
