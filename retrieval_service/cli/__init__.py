@@ -53,7 +53,7 @@ from retrieval_service.cli.sync import sync
 __all__ = ["main"]
 
 
-def _parser(settings: CliSettings) -> argparse.ArgumentParser:
+def build_parser(settings: CliSettings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval_service")
     sub = parser.add_subparsers(dest="command", required=True)
     common = common_arguments(settings)
@@ -118,5 +118,5 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     settings = CliSettings()
-    args = _parser(settings).parse_args(argv)
+    args = build_parser(settings).parse_args(argv)
     return call(settings, args)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_service.cli import _parser
+from retrieval_service.cli import build_parser
 from retrieval_service.cli.common import (
     CliSettings,
     document_metadata,
@@ -90,7 +90,7 @@ def test_a_knowledge_base_is_named_from_an_id_or_a_full_name() -> None:
 
 
 def test_the_commands_parse() -> None:
-    parser = _parser(CliSettings())
+    parser = build_parser(CliSettings())
     args = parser.parse_args(["kb", "update", "hr", "--description", "d"])
     assert (args.command, args.kb_command, args.display_name, args.description) == (
         "kb",
