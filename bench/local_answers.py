@@ -1,5 +1,5 @@
 """Answers a newcomer can trust: the built-in local model on a small evaluation set of its own
-(`bench/data/local_answers/`), through the real `Run` RPC on Milvus Lite with the built-in
+(`bench/sets/local_answers/`), through the real `Run` RPC on Milvus Lite with the built-in
 embedder, as `make run` serves it.
 
 The set: 14 documents of different shapes — Markdown handbooks and manuals with headings, two
@@ -32,7 +32,7 @@ from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.ingest.validation import SourceDocument
 
-DATA = Path(__file__).resolve().parent / "data" / "local_answers"
+DATA = Path(__file__).resolve().parent / "sets" / "local_answers"
 
 
 def make_docx(spec: dict[str, list]) -> bytes:
