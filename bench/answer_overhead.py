@@ -14,24 +14,18 @@ import statistics
 import sys
 import time
 
-import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
+from bench._local_stack import local_stack
 from bench._retrieval_rig import (
-    MODES,
-    bench_settings,
     p50_p95,
     quiet,
-    scratch_db,
-    serve_modes,
     table,
 )
 from bench.local_model_run import SAMPLES
 from orchestrator_service.answer import build_citations, clean_markers
-from orchestrator_service.bootstrap import build_app
 from orchestrator_service.models.local.answer import answer_pieces
-from orchestrator_service.settings import OrchestratorSettings
-from retrieval_service.bootstrap import create_app, seed_samples
+from retrieval_service.bootstrap import seed_samples
 from shared.codec import chunk_from_proto
 
 ROUNDS = 30
@@ -77,39 +71,16 @@ def _answer_alone(result: orchestrator_pb2.RunResult, repeats: int = 200) -> flo
 async def run(rounds: int) -> None:
     quiet()
     rows = []
-    with scratch_db("bench-answer-") as db:
-        app = await create_app(bench_settings(db))
-        await seed_samples(app, str(SAMPLES))
-        orchestrator = None
-        try:
-            async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
-                orchestrator = build_app(
-                    OrchestratorSettings(
-                        _env_file=None,
-                        orchestrator_port=0,
-                        bind_host="127.0.0.1",
-                        retrieval_addr=endpoints["hybrid+merge"].address,
-                        llm_base_url=None,
-                        log_level="WARNING",
-                    )
-                )
-                port = await orchestrator.server.start()
-                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
-                    for question in QUESTIONS:
-                        without, with_answer, result = await _measure(stub, question, rounds)
-                        plain50, _ = p50_p95(without)
-                        answer50, answer95 = p50_p95(with_answer)
-                        rows.append(
-                            [question, result.route, len(result.answer.citations),
-                             round(plain50, 1), round(answer50, 1), round(answer95, 1),
-                             round(answer50 / plain50, 2), round(_answer_alone(result), 1)]
-                        )  # fmt: skip
-        finally:
-            if orchestrator is not None:
-                await orchestrator.server.stop(0)
-                await orchestrator.aclose()
-            await app.aclose()
+    async with local_stack("bench-answer-", lambda app: seed_samples(app, str(SAMPLES))) as s:
+        for question in QUESTIONS:
+            without, with_answer, result = await _measure(s.orchestrator, question, rounds)
+            plain50, _ = p50_p95(without)
+            answer50, answer95 = p50_p95(with_answer)
+            rows.append(
+                [question, result.route, len(result.answer.citations),
+                 round(plain50, 1), round(answer50, 1), round(answer95, 1),
+                 round(answer50 / plain50, 2), round(_answer_alone(result), 1)]
+            )  # fmt: skip
     print(
         f"Run through the real RPCs, local model, {len(list(SAMPLES.iterdir()))} sample documents, "
         f"{rounds} rounds per question after a warm-up, with and without the answer alternated (ms)"

@@ -23,14 +23,13 @@ import re
 import sys
 from pathlib import Path
 
-import grpc
-from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+from supermew.v1 import orchestrator_pb2
 
-from bench._retrieval_rig import MODES, bench_settings, quiet, scratch_db, serve_modes
-from orchestrator_service.bootstrap import build_app
-from orchestrator_service.settings import OrchestratorSettings
-from retrieval_service.bootstrap import create_app
+from bench._local_stack import local_stack
+from bench._retrieval_rig import quiet
+from retrieval_service.bootstrap import RetrievalApp
 from retrieval_service.core.ingest.validation import SourceDocument
+from tests.integration.retrieval_harness import make_pdf
 
 DATA = Path(__file__).resolve().parent / "sets" / "local_answers"
 
@@ -49,39 +48,6 @@ def make_docx(spec: dict[str, list]) -> bytes:
     buffer = io.BytesIO()
     document.save(buffer)
     return buffer.getvalue()
-
-
-def make_pdf(pages: list[list[str]]) -> bytes:
-    """A minimal valid PDF, one Helvetica text line per entry of each page (ASCII)."""
-    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>"]
-    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
-    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    for i, lines in enumerate(pages):
-        shown = " 0 -16 Td ".join(
-            "(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj"
-            for line in lines
-        )
-        stream = f"BT /F1 10 Tf 40 740 Td {shown} ET".encode()
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
-            f"/Resources << /Font << /F1 3 0 R >> >> >>".encode()
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for n, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % n + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    )
-    return out.getvalue()
 
 
 def documents() -> list[SourceDocument]:
@@ -114,37 +80,16 @@ def supported(result: orchestrator_pb2.RunResult, support: str) -> bool:
 async def run() -> list[dict[str, object]]:
     quiet()
     outcomes: list[dict[str, object]] = []
-    with scratch_db("bench-local-answers-") as db:
-        app = await create_app(bench_settings(db))
+
+    async def fill(app: RetrievalApp) -> None:
         await app.ingestor.ingest(documents())
-        orchestrator = None
-        try:
-            async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
-                orchestrator = build_app(
-                    OrchestratorSettings(
-                        _env_file=None,
-                        orchestrator_port=0,
-                        bind_host="127.0.0.1",
-                        retrieval_addr=endpoints["hybrid+merge"].address,
-                        llm_base_url=None,
-                        log_level="WARNING",
-                    )
-                )
-                port = await orchestrator.server.start()
-                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
-                    for item in questions():
-                        result = await stub.Run(
-                            orchestrator_pb2.RunRequest(
-                                question=item["question"], generate_answer=True
-                            )
-                        )
-                        outcomes.append({**item, "result": result})
-        finally:
-            if orchestrator is not None:
-                await orchestrator.server.stop(0)
-                await orchestrator.aclose()
-            await app.aclose()
+
+    async with local_stack("bench-local-answers-", fill) as stack:
+        for item in questions():
+            result = await stack.orchestrator.Run(
+                orchestrator_pb2.RunRequest(question=item["question"], generate_answer=True)
+            )
+            outcomes.append({**item, "result": result})
     return outcomes
 
 

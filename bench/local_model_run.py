@@ -13,21 +13,15 @@ import sys
 import time
 from pathlib import Path
 
-import grpc
-from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+from supermew.v1 import orchestrator_pb2
 
+from bench._local_stack import local_stack
 from bench._retrieval_rig import (
-    MODES,
-    bench_settings,
     p50_p95,
     quiet,
-    scratch_db,
-    serve_modes,
     table,
 )
-from orchestrator_service.bootstrap import build_app
-from orchestrator_service.settings import OrchestratorSettings
-from retrieval_service.bootstrap import create_app, seed_samples
+from retrieval_service.bootstrap import seed_samples
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ROUNDS = 30
@@ -58,47 +52,23 @@ async def _timed(call, rounds: int) -> tuple[list[float], object]:
 
 async def run(rounds: int) -> None:
     quiet()
-    with scratch_db("bench-local-run-") as db:
-        app = await create_app(bench_settings(db))
-        await seed_samples(app, str(SAMPLES))
-        orchestrator = None
-        try:
-            async with serve_modes(app, {"hybrid+merge": MODES["hybrid+merge"]}) as endpoints:
-                retrieval = endpoints["hybrid+merge"]
-                orchestrator = build_app(
-                    OrchestratorSettings(
-                        _env_file=None,
-                        orchestrator_port=0,
-                        bind_host="127.0.0.1",
-                        retrieval_addr=retrieval.address,
-                        llm_base_url=None,
-                        log_level="WARNING",
-                    )
-                )
-                port = await orchestrator.server.start()
-                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
-                    rows = []
-                    for question in QUESTIONS:
-                        request = orchestrator_pb2.RunRequest(question=question)
-                        runs, result = await _timed(lambda r=request: stub.Run(r), rounds)
-                        bare, _ = await _timed(lambda q=question: retrieval.retrieve(q), rounds)
-                        route = result.route
-                        if result.rag_trace.HasField("rewrite_method"):
-                            route = f"rewrite ({result.rag_trace.rewrite_method}) → {route}"
-                        if result.rag_trace.complexity == "complex":
-                            route = f"complex → {route}"
-                        run50, run95 = p50_p95(runs)
-                        bare50, _ = p50_p95(bare)
-                        rows.append(
-                            [question, route, round(run50, 1), round(run95, 1), round(bare50, 1),
-                             round(run50 / bare50, 2)]
-                        )  # fmt: skip
-        finally:
-            if orchestrator is not None:
-                await orchestrator.server.stop(0)
-                await orchestrator.aclose()
-            await app.aclose()
+    async with local_stack("bench-local-run-", lambda app: seed_samples(app, str(SAMPLES))) as s:
+        rows = []
+        for question in QUESTIONS:
+            request = orchestrator_pb2.RunRequest(question=question)
+            runs, result = await _timed(lambda r=request: s.orchestrator.Run(r), rounds)
+            bare, _ = await _timed(lambda q=question: s.retrieval.retrieve(q), rounds)
+            route = result.route
+            if result.rag_trace.HasField("rewrite_method"):
+                route = f"rewrite ({result.rag_trace.rewrite_method}) → {route}"
+            if result.rag_trace.complexity == "complex":
+                route = f"complex → {route}"
+            run50, run95 = p50_p95(runs)
+            bare50, _ = p50_p95(bare)
+            rows.append(
+                [question, route, round(run50, 1), round(run95, 1), round(bare50, 1),
+                 round(run50 / bare50, 2)]
+            )  # fmt: skip
     print(
         f"Run through the real RPCs, local model, {len(list(SAMPLES.iterdir()))} sample documents, "
         f"{rounds} Runs per question after a warm-up (ms)"

