@@ -7,8 +7,9 @@ text into the `Answer` a caller receives. Pure: no model call, no I/O.
 - Each cited doc gets one `Citation` whose quote is a verbatim span of its text: the sentence(s)
   holding the claim when the claim is copied from the doc, else the doc's sentence sharing most
   words (Latin) or character pairs (CJK) with the claim.
-- A partial status ends the answer with a sentence naming what the evidence lacks (the grade's
-  missing_slots), in the question's language.
+- A partial answer ends with a sentence naming what the evidence lacks (the grade's
+  missing_slots) and the sub-questions of a compound question it does not answer, in the
+  question's language.
 """
 
 from __future__ import annotations
@@ -213,20 +214,38 @@ def build_citations(text: str, docs: Sequence[Mapping[str, Any]]) -> tuple[Citat
 # ---- partial evidence ------------------------------------------------------------------------
 
 
-def partial_note(missing_slots: Iterable[str], *, chinese: bool) -> str:
-    """The closing sentence of an answer from partial evidence, naming what it lacks, in the
-    question's language."""
-    slots = list(dict.fromkeys(slot.strip() for slot in missing_slots if slot.strip()))
+def partial_note(
+    missing_slots: Iterable[str], *, chinese: bool, unanswered: Iterable[str] = ()
+) -> str:
+    """The closing sentence of an answer from partial evidence, in the question's language:
+    what the evidence lacks (the grade's missing slots) and the sub-questions of a compound
+    question it does not answer, each quoted as it was asked."""
+    slots = _distinct(missing_slots)
+    questions = _distinct(unanswered)
     if chinese:
+        parts = ["注意：现有资料只能部分回答这个问题"]
         if slots:
-            return f"注意：现有资料只能部分回答这个问题，缺少关于{'、'.join(slots)}的信息。"
-        return "注意：现有资料只能部分回答这个问题。"
+            parts.append(f"缺少关于{'、'.join(slots)}的信息")
+        if questions:
+            asked = "、".join(f"“{q}”" for q in questions)
+            parts.append(f"{'也' if slots else ''}无法回答其中的{asked}")
+        return "，".join(parts) + "。"
+    text = "Note: the evidence answers this question only in part"
     if slots:
-        return (
-            "Note: the evidence answers this question only in part; it says nothing about "
-            f"{', '.join(slots)}."
-        )
-    return "Note: the evidence answers this question only in part."
+        text += f"; it says nothing about {', '.join(slots)}"
+    if questions:
+        asked = _en_list([f"“{q}”" for q in questions])
+        text += f"{', and' if slots else ';'} it does not answer {asked}"
+        return text if questions[-1][-1:] in "?!." else text + "."
+    return text + "."
+
+
+def _distinct(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(value.strip() for value in values if value.strip()))
+
+
+def _en_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def join_note(text: str, note: str) -> str:

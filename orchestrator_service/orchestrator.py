@@ -26,6 +26,7 @@ from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
+from orchestrator_service.synthesis import unanswered_sub_questions
 from shared.errors import DeadlineExceeded, InvalidArgument, ModelOutputInvalid
 from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
@@ -164,19 +165,29 @@ class Orchestrator:
         outcome = _outcome(final)
         if not generate_answer or outcome.route != Route.ANSWER or not outcome.docs:
             return outcome
-        answer = await self._write_answer(outcome, _missing_slots(final), ctx, answer_sink)
+        answer = await self._write_answer(
+            outcome,
+            _missing_slots(final),
+            unanswered_sub_questions(final.get("sub_results") or ()),
+            ctx,
+            answer_sink,
+        )
         return replace(outcome, answer=answer)
 
     async def _write_answer(
         self,
         outcome: RunOutcome,
         missing_slots: list[str],
+        unanswered: list[str],
         ctx: RunContext,
         answer_sink: AnswerSink,
     ) -> Answer:
         """`answer_generation` over the final docs, bounded by the caller's deadline as a
-        whole (not per piece). Markers outside the docs never reach the sink."""
-        docs, partial = outcome.docs, outcome.retrieval_status == RetrievalStatus.PARTIAL
+        whole (not per piece). Markers outside the docs never reach the sink. The answer is
+        partial for a `partial` status and when sub-questions found no answer (`unanswered`);
+        our note after the model's text names what is missing, whatever the model wrote."""
+        docs = outcome.docs
+        partial = outcome.retrieval_status == RetrievalStatus.PARTIAL or bool(unanswered)
         markers = MarkerFilter(len(docs))
         written: list[str] = []
 
@@ -189,7 +200,10 @@ class Orchestrator:
         try:
             async with asyncio.timeout(left):
                 async for piece in self.model.stream_answer(
-                    outcome.question, docs, missing_slots=missing_slots, timeout=left
+                    outcome.question,
+                    docs,
+                    missing_slots=[*missing_slots, *unanswered],
+                    timeout=left,
                 ):
                     send(markers.feed(piece))
         except TimeoutError as exc:
@@ -201,7 +215,11 @@ class Orchestrator:
             send(
                 join_note(
                     "".join(written),
-                    partial_note(missing_slots, chinese=is_chinese(outcome.question)),
+                    partial_note(
+                        missing_slots,
+                        chinese=is_chinese(outcome.question),
+                        unanswered=unanswered,
+                    ),
                 )
             )
         text = "".join(written)

@@ -60,6 +60,21 @@ def dedupe_documents(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+def unanswered_sub_questions(sub_results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The sub-questions of a compound question that found no answer, in plan order: those
+    whose child was not accepted (`no_knowledge`, an HITL status) or brought no evidence.
+
+    The parent's trace still follows the synthesis table (an `answerable` parent may have such
+    children); the answer written from it is partial and names them
+    (docs/api.md#grounded-answers)."""
+    ordered = sorted(sub_results, key=lambda r: r.get("index") or 0)
+    return _unique(
+        str(r.get("question") or "").strip()
+        for r in ordered
+        if r.get("retrieval_status") not in ACCEPTED_STATUSES or not r.get("docs")
+    )
+
+
 def _unique(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))
 

@@ -64,12 +64,14 @@ class LocalModel:
         missing_slots: Sequence[str] = (),
         timeout: float | None = None,
     ) -> AsyncIterator[str]:
-        # missing_slots: the orchestrator's partial note already names them; extraction
-        # only ever states what the evidence holds.
+        # missing_slots: the orchestrator's partial note names them; extraction only ever
+        # states what the evidence holds, and adds no claim for what only they ask about.
         if self.meaning is None:
-            pieces = answer_pieces(question, docs)
+            pieces = answer_pieces(question, docs, missing=missing_slots)
         else:
-            pieces = await asyncio.to_thread(answer_pieces, question, docs, self.meaning)
+            pieces = await asyncio.to_thread(
+                answer_pieces, question, docs, self.meaning, missing_slots
+            )
         for piece in pieces:
             yield piece
 

@@ -25,7 +25,12 @@ from typing import Any
 from orchestrator_service.answer import MARKER, sentences, split_terminal
 from orchestrator_service.models.local.grading import pick_option
 from orchestrator_service.models.local.semantic import Meaning
-from orchestrator_service.models.local.text import Term, key_terms, prepare_evidence
+from orchestrator_service.models.local.text import (
+    Term,
+    key_terms,
+    prepare_evidence,
+    term_counts,
+)
 from shared.lang import CJK_CHAR, is_chinese
 from shared.lexical import stem
 
@@ -175,6 +180,18 @@ def _weights(
     return weights
 
 
+def asked_terms(question: str, missing: Sequence[str] = ()) -> list[Term]:
+    """The question's key terms less those only its unanswerable parts ask about: a term stays
+    when the question uses it more often than `missing` does ("leads" of "who leads the morning
+    shift … and who leads the evening shift at Borealis?" stays, "evening" goes). All of them
+    when that leaves none (a sub-question that restates the whole question)."""
+    terms = key_terms(question)
+    if not any(part.strip() for part in missing):
+        return terms
+    used, unanswerable = term_counts(question), term_counts(" ".join(missing))
+    return [term for term in terms if used[term.key] > unanswerable[term.key]] or terms
+
+
 def defined_subject(question: str) -> str:
     """X of "What is X?" / "什么是X？" / "X是什么？" (a short X), else ""."""
     match = _DEFINITION_QUESTION.match(question.strip())
@@ -195,10 +212,17 @@ def asks_quantity(question: str) -> bool:
 
 
 def choose_sentences(
-    question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
+    question: str,
+    docs: Sequence[Mapping[str, Any]],
+    meaning: Meaning | None = None,
+    missing: Sequence[str] = (),
 ) -> list[_Candidate]:
+    """The claims of the answer, the leading one first. `missing`: what the evidence is known
+    not to answer (the grade's missing slots, the sub-questions that found nothing); no further
+    claim is added for a term only they hold, so a neighbour's sentence never stands in for
+    them (team A's code for team B's)."""
     question = pick_option(question, docs)
-    terms = key_terms(question)
+    terms = asked_terms(question, missing)
     chinese = is_chinese(question)
     every = _candidates(docs, terms)
     same_language = [c for c in every if is_chinese(c.sentence) == chinese]
@@ -248,7 +272,8 @@ def choose_sentences(
     # Further claims must state something new: a key term no chosen claim states itself
     # (a heading over them does not count), other than the documents' titles.
     title_words = {term.key for term in key_terms(" ".join(titles))}
-    uncovered = {term.key for term in terms} - lead.said - title_words
+    unanswerable = {term.key for term in key_terms(" ".join(missing))}
+    uncovered = {term.key for term in terms} - lead.said - title_words - unanswerable
     rest = [c for c in pool if c is not lead]
     while rest and uncovered and len(chosen) < MAX_SENTENCES:
         best = max(
@@ -264,14 +289,18 @@ def choose_sentences(
 
 
 def answer_pieces(
-    question: str, docs: Sequence[Mapping[str, Any]], meaning: Meaning | None = None
+    question: str,
+    docs: Sequence[Mapping[str, Any]],
+    meaning: Meaning | None = None,
+    missing: Sequence[str] = (),
 ) -> list[str]:
     """The answer as it is streamed: one piece per claim, "claim[n]" plus its closing
     marks (a full stop where the sentence had none or ended a clause with a semicolon),
-    joined by a space in English; the leading claim first."""
+    joined by a space in English; the leading claim first. `missing` as for
+    `choose_sentences`; the orchestrator's note names it after the text."""
     chinese = is_chinese(question)
     pieces = []
-    for index, candidate in enumerate(choose_sentences(question, docs, meaning)):
+    for index, candidate in enumerate(choose_sentences(question, docs, meaning, missing)):
         claim, closing = split_terminal(candidate.claim or candidate.sentence)
         if not closing.strip("；;"):
             closing = "。" if chinese else "."

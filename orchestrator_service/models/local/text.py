@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -66,19 +67,29 @@ def segment(text: str) -> list[str]:
 def key_terms(text: str) -> list[Term]:
     """The question's key terms in order of first appearance, deduplicated by `key`."""
     terms: dict[str, Term] = {}
+    for term in _terms_in(text):
+        terms.setdefault(term.key, term)
+    return list(terms.values())
+
+
+def term_counts(text: str) -> Counter[str]:
+    """How often each key term occurs in `text`, by `key`."""
+    return Counter(term.key for term in _terms_in(text))
+
+
+def _terms_in(text: str) -> list[Term]:
+    found = []
     for token in segment(text):
         word = token.strip().lower()
         if CJK_CHAR.search(word):
-            if word in ZH_STOP_WORDS:
-                continue
-            terms.setdefault(word, Term(token, word, chinese=True))
+            if word not in ZH_STOP_WORDS:
+                found.append(Term(token, word, chinese=True))
             continue
         for english in ENGLISH_WORD.findall(word):
             if english in EN_STOP_WORDS or (len(english) == 1 and not english.isdigit()):
                 continue
-            key = stem(english)
-            terms.setdefault(key, Term(english, key, chinese=False))
-    return list(terms.values())
+            found.append(Term(english, stem(english), chinese=False))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,200 @@
+"""Honest partials (docs/api.md#grounded-answers): a compound question whose sub-question found
+no answer keeps the synthesis table's trace, and its answer is partial and names that
+sub-question in the question's language; the local answerer makes no claim for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator_service.answer import clean_markers, partial_note
+from orchestrator_service.models.local.answer import answer_pieces, asked_terms
+from orchestrator_service.synthesis import synthesize, unanswered_sub_questions
+from shared.normalize import normalize_sub_trace
+
+
+def child(
+    index: int, question: str, status: str, docs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "question": question,
+        "docs": docs or [],
+        "retrieval_status": status,
+        "route": {"answerable": "answer", "partial": "answer"}.get(status, status),
+        "rag_trace": None,
+    }
+
+
+DOC = {"chunk_id": "a", "filename": "a.md", "text": "t", "score": 0.5, "rrf_rank": 1}
+
+
+@pytest.mark.parametrize(
+    ("children", "unanswered"),
+    [
+        # every child answered: nothing to name
+        ([child(0, "A?", "answerable", [DOC]), child(1, "B?", "partial", [DOC])], []),
+        # one found nothing
+        ([child(0, "A?", "answerable", [DOC]), child(1, "B?", "no_knowledge")], ["B?"]),
+        # plan order, whatever order the children finished in; HITL children count too
+        (
+            [
+                child(2, "C?", "needs_clarification"),
+                child(0, "A?", "no_knowledge"),
+                child(1, "B?", "answerable", [DOC]),
+            ],
+            ["A?", "C?"],
+        ),
+        # accepted but without evidence: it answered nothing
+        ([child(0, "A?", "answerable", [DOC]), child(1, "B?", "answerable")], ["B?"]),
+        # the same sub-question twice is named once; blank ones never
+        (
+            [
+                child(0, "A?", "answerable", [DOC]),
+                child(1, " B? ", "no_knowledge"),
+                child(2, "B?", "needs_scope_selection"),
+                child(3, "  ", "no_knowledge"),
+            ],
+            ["B?"],
+        ),
+        ([], []),
+    ],
+)
+def test_unanswered_sub_questions(children: list[dict[str, Any]], unanswered: list[str]) -> None:
+    assert unanswered_sub_questions(children) == unanswered
+
+
+def test_the_trace_keeps_the_synthesis_rule_when_a_part_is_unanswered() -> None:
+    children = [child(0, "A?", "answerable", [DOC]), child(1, "B?", "no_knowledge")]
+    update = synthesize(
+        question="A and B?",
+        complexity_reason="r",
+        sub_questions=["A?", "B?"],
+        sub_results=children,
+        normalize_sub_trace=normalize_sub_trace,
+    )
+    trace = update["rag_trace"]
+    assert (update["route"], update["retrieval_status"]) == ("answer", "answerable")
+    assert (trace["evidence_relevance"], trace["evidence_answerability"]) == (
+        "strong",
+        "sufficient",
+    )
+    assert unanswered_sub_questions(children) == ["B?"]
+
+
+@pytest.mark.parametrize(
+    ("slots", "unanswered", "chinese", "note"),
+    [
+        (["版本"], [], True, "注意：现有资料只能部分回答这个问题，缺少关于版本的信息。"),
+        ([], [], True, "注意：现有资料只能部分回答这个问题。"),
+        (
+            [],
+            ["白云茶园在哪里？"],
+            True,
+            "注意：现有资料只能部分回答这个问题，无法回答其中的“白云茶园在哪里？”。",
+        ),
+        (
+            ["版本"],
+            ["白云茶园在哪里？", "白云茶园在哪里？"],
+            True,
+            "注意：现有资料只能部分回答这个问题，缺少关于版本的信息，"
+            "也无法回答其中的“白云茶园在哪里？”。",
+        ),
+        (
+            [],
+            ["What is team B's secret code?"],
+            False,
+            "Note: the evidence answers this question only in part; it does not answer "
+            "“What is team B's secret code?”",
+        ),
+        (
+            ["price"],
+            ["Where is Heron Island?", "Who runs it"],
+            False,
+            "Note: the evidence answers this question only in part; it says nothing about "
+            "price, and it does not answer “Where is Heron Island?” and “Who runs it”.",
+        ),
+        (
+            [],
+            ["A?", "B?", "C?"],
+            False,
+            "Note: the evidence answers this question only in part; it does not answer "
+            "“A?”, “B?” and “C?”",
+        ),
+        (
+            ["version"],
+            [],
+            False,
+            "Note: the evidence answers this question only in part; it says nothing about version.",
+        ),
+        ([], [], False, "Note: the evidence answers this question only in part."),
+    ],
+)
+def test_partial_note_names_slots_and_unanswered_parts(
+    slots: list[str], unanswered: list[str], chinese: bool, note: str
+) -> None:
+    assert partial_note(slots, chinese=chinese, unanswered=unanswered) == note
+
+
+@pytest.mark.parametrize(
+    ("question", "missing", "asked"),
+    [
+        # nothing missing: every key term
+        ("Who leads the morning shift?", [], ["lead", "morn", "shift"]),
+        # a term the answered part uses too stays; one only the missing part asks goes
+        (
+            "Who leads the morning shift at Aurelia and who leads the evening shift at Borealis?",
+            ["Who leads the evening shift at Borealis?"],
+            ["lead", "morn", "shift", "aurelia"],
+        ),
+        ("青岚茶园在哪里？白云茶园在哪里？", ["白云茶园在哪里？"], ["青岚", "茶园"]),
+        # a sub-question restating the whole question leaves the terms as they are
+        (
+            "What is the default port of KestrelDB and how do I change it?",
+            ["How do I change the default port of KestrelDB?"],
+            ["default", "port", "kestreldb", "chang"],
+        ),
+    ],
+)
+def test_asked_terms(question: str, missing: list[str], asked: list[str]) -> None:
+    assert [term.key for term in asked_terms(question, missing)] == asked
+
+
+BAKERY = (
+    "Aurelia Bakery staff handbook\n\nAurelia Bakery opens at 5:30 in the morning and closes "
+    "at 9 in the evening.\n\nShift | Lead | Hours\n\nMorning shift | Giulia Ferraro | 5:30 to "
+    "13:30\n\nEvening shift | Tomas Lindqvist | 13:00 to 21:00"
+)
+TEAMS = (
+    "Field notes for team A\n\nThe secret code of team A is PELICAN. Team B stores its files "
+    "in the archive."
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "missing", "docs", "written"),
+    [
+        (
+            "Who leads the morning shift at Aurelia Bakery and who leads the evening shift at "
+            "Borealis Bakery?",
+            ["Who leads the evening shift at Borealis Bakery?"],
+            [BAKERY],
+            "Morning shift — Lead: Giulia Ferraro; Hours: 5:30 to 13:30[1].",
+        ),
+        (
+            "What is team A's secret code and what is team B's secret code?",
+            ["What is team B's secret code?"],
+            [TEAMS],
+            "The secret code of team A is PELICAN[1].",
+        ),
+    ],
+)
+def test_the_local_answer_claims_nothing_for_the_unanswered_part(
+    question: str, missing: list[str], docs: list[str], written: str
+) -> None:
+    records = [
+        {"text": text, "filename": f"{i}.md", "score": 2 / (60 + i), "rrf_rank": i}
+        for i, text in enumerate(docs, start=1)
+    ]
+    assert clean_markers("".join(answer_pieces(question, records, missing=missing)), 1) == written
