@@ -122,6 +122,30 @@ async def test_team_a_answers_where_team_b_does_not(stub: object) -> None:
     assert result.answer.text == "The secret code of team A is PELICAN[1]."
 
 
+@pytest.mark.parametrize(
+    ("question", "text"),
+    [
+        ("What is team A's secret code and what is team B's secret code?",
+         "The secret code of team A is PELICAN[1].\n\nNote: the evidence answers this question "
+         "only in part; it does not answer “What is team B's secret code?”"),
+        ("Who leads the morning shift at Aurelia Bakery and who leads the evening shift at "
+         "Borealis Bakery?",
+         "Morning shift — Lead: Giulia Ferraro; Hours: 5:30 to 13:30[1].\n\nNote: the evidence "
+         "answers this question only in part; it does not answer “Who leads the evening shift "
+         "at Borealis Bakery?”"),
+        ("青岚茶园在哪里？白云茶园在哪里？",
+         "青岚茶园位于浙江省丽水市松阳县的南坡山腰，海拔约六百米[1]。\n\n注意：现有资料只能部分"
+         "回答这个问题，无法回答其中的“白云茶园在哪里？”。"),
+    ],
+)  # fmt: skip
+async def test_a_compound_question_with_an_unanswered_part_is_partial(
+    stub: object, question: str, text: str
+) -> None:
+    result = await ask(stub, question)
+    assert (result.route, result.retrieval_status) == ("answer", "answerable")
+    assert result.answer.partial and result.answer.text == text
+
+
 @pytest.mark.parametrize("choice", ["2", "#2", "the second", "第二个", "B"])
 async def test_a_follow_up_answered_by_its_number_picks_that_option(
     stub: object, choice: str

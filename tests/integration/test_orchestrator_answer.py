@@ -232,6 +232,40 @@ async def test_a_partial_synthesis_says_what_the_evidence_lacks() -> None:
         await s.aclose()
 
 
+async def test_a_compound_question_with_an_unanswered_part_is_partial_and_names_it() -> None:
+    """The trace keeps the synthesis table (answerable: the other child brought evidence);
+    the answer is partial and our note names the sub-question, whatever the model wrote."""
+    q = "丹瑾是什么属性？今州的首领是谁？"
+    s1, s2 = "丹瑾是什么属性？", "今州的首领是谁？"
+    ms = ModelScript().add("complexity_classification", q, complexity("complex", "两问", [s1, s2]))
+    ms.add("evidence_grade", s1, grade("strong", "sufficient", "answer"))
+    ms.add("evidence_grade", s2, grade("none", "none", "no_knowledge"))
+    ms.add("answer_generation", q, sse("丹瑾是衍射属性[1]。"))
+    rs = RetrievalScript().add(s1, DOCS[:1]).add(s2, DOCS[1:])
+    s = await start_stack(ms, rs)
+    try:
+        events = await _events(s.stub.StreamRun(_run(q)))
+        result = events[-1].result
+        assert (result.route, result.retrieval_status) == ("answer", "answerable")
+        trace = result.rag_trace
+        assert (trace.evidence_relevance, trace.evidence_answerability) == ("strong", "sufficient")
+        assert [t.retrieval_status for t in trace.sub_traces.items] == [
+            "answerable",
+            "no_knowledge",
+        ]
+        assert result.answer.partial
+        assert result.answer.text == (
+            "丹瑾是衍射属性[1]。\n\n"
+            "注意：现有资料只能部分回答这个问题，无法回答其中的“今州的首领是谁？”。"
+        )
+        deltas = [e.answer_delta.text for e in events if e.WhichOneof("event") == "answer_delta"]
+        assert "".join(deltas) == result.answer.text
+        system = s.model.requests[-1].body["messages"][0]["content"]
+        assert "lacks: 今州的首领是谁？" in system
+    finally:
+        await s.aclose()
+
+
 async def test_stream_resume_answers_the_merged_question() -> None:
     qstar = "丹瑾：这个角色的属性是什么？"
     s = await start_stack(
