@@ -16,6 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
+from shared.audit import audit_interceptors
 from shared.errors import (
     AlreadyExists,
     ConfigurationError,
@@ -330,6 +331,7 @@ class GrpcServer:
         interceptors: list[grpc.aio.ServerInterceptor] = [
             *server_interceptors(),
             *self.observability.interceptors(),
+            *audit_interceptors(self._settings),
         ]
         if self._settings.auth_token:
             interceptors.append(BearerTokenInterceptor(self._settings.auth_token))

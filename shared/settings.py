@@ -62,6 +62,14 @@ class ServerSettings(BaseSettings):
         description="A second, plaintext port serving only grpc.health.v1 (kubelet gRPC probes "
         "cannot speak TLS); unset = none.",
     )
+    audit_log: str | None = Field(
+        None,
+        description="`stdout` or a file path: one JSON line per RPC (docs/api.md#audit-log); "
+        "unset = no audit log.",
+    )
+    audit_log_queries: bool = Field(
+        False, description="Put the question or query text on audit lines (`question`)."
+    )
 
     def listen_ports(self) -> dict[str, int]:
         """The fixed ports this process will listen on, by the variable that sets each:
