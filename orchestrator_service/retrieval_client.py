@@ -20,6 +20,7 @@ import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
+from shared.auth import caller_key
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.errors import (
     DeadlineExceeded,
@@ -28,6 +29,7 @@ from shared.errors import (
     InternalFailure,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
 )
 from shared.logs import REQUEST_ID, REQUEST_ID_HEADER
@@ -82,6 +84,12 @@ def _exhausted(limit: CallLimit) -> DomainError:
     return ResourceExhausted("the retrieval service is out of capacity; retry later")
 
 
+def _denied(limit: CallLimit) -> DomainError:
+    # The caller's key passed the orchestrator's own check of the knowledge bases: retrieval's
+    # keys file says otherwise (the two files differ), and retrieval's word stands.
+    return PermissionDenied("the retrieval service refused this key the knowledge bases named")
+
+
 def _internal(limit: CallLimit) -> DomainError:
     # Generic on purpose: the downstream details name retrieval's internals, and the caller can
     # do nothing about them. They are logged instead.
@@ -117,7 +125,7 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
     # Retrieve names no resource of its own but the caller's knowledge bases (CALLERS_ERRORS).
     grpc.StatusCode.NOT_FOUND: _internal,
     grpc.StatusCode.ALREADY_EXISTS: _internal,
-    grpc.StatusCode.PERMISSION_DENIED: _internal,
+    grpc.StatusCode.PERMISSION_DENIED: _denied,
     grpc.StatusCode.RESOURCE_EXHAUSTED: _exhausted,
     # Retrieval's store does not fit its configuration: an operator's problem, not the caller's.
     grpc.StatusCode.FAILED_PRECONDITION: _internal,
@@ -128,8 +136,9 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
     grpc.StatusCode.INTERNAL: _internal,
     grpc.StatusCode.UNAVAILABLE: _unavailable,
     grpc.StatusCode.DATA_LOSS: _internal,
-    # Our AUTH_TOKEN does not match retrieval's: passing UNAUTHENTICATED on would tell the
-    # caller their own token is wrong.
+    # The key sent (the caller's, or our AUTH_TOKEN) is one retrieval does not know, though
+    # the orchestrator does: a configuration mismatch between the two services. Passing
+    # UNAUTHENTICATED on would tell the caller their own key is wrong.
     grpc.StatusCode.UNAUTHENTICATED: _internal,
 }
 
@@ -242,13 +251,16 @@ class RetrievalClient:
         )
 
     def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
-        """The bearer token and the request id of the call being served, so that both
-        services log one request under one id (docs/api.md#access-logs); `traceparent` is
-        added by the tracing interceptors."""
+        """The caller's own key (so retrieval decides what the caller may see:
+        docs/api.md#api-keys), else our AUTH_TOKEN, and the request id of the call being
+        served, so that both services log one request under one id (docs/api.md#access-logs);
+        `traceparent` is added by the tracing interceptors."""
+        key = caller_key()
+        metadata = (("authorization", f"Bearer {key}"),) if key else self._metadata
         request_id = REQUEST_ID.get()
         if not request_id:
-            return self._metadata
-        return (*(self._metadata or ()), (REQUEST_ID_HEADER, request_id))
+            return metadata
+        return (*(metadata or ()), (REQUEST_ID_HEADER, request_id))
 
     async def aclose(self) -> None:
         await self._channel.close()

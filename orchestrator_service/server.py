@@ -16,6 +16,7 @@ from orchestrator_service.answer import Answer
 from orchestrator_service.orchestrator import Orchestrator, RunOutcome
 from orchestrator_service.runtime import RetrievalScope
 from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, in_english
+from shared.access import Permission, current_principal, kb_id_named
 from shared.codec import (
     chunk_to_proto,
     hitl_state_from_proto,
@@ -76,6 +77,11 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
 
 
 def _scope(request: orchestrator_pb2.RunRequest | orchestrator_pb2.ResumeRequest) -> RetrievalScope:
+    """The run's knowledge bases and filter, once the caller may read every knowledge base
+    named (docs/api.md#api-keys); retrieval checks them again with the caller's own key."""
+    caller = current_principal()
+    for name in request.knowledge_bases or [""]:
+        caller.require(Permission.READ, kb_id_named(name))
     return RetrievalScope(tuple(request.knowledge_bases), request.filter)
 
 

@@ -14,10 +14,31 @@ from google.protobuf import empty_pb2, json_format, struct_pb2, timestamp_pb2
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.core.documents import DocumentEntry
+from retrieval_service.core.identity import kb_id_of, kb_name
 from retrieval_service.core.ingest import IngestedDocument, Ingestor, IngestProgress, SourceDocument
 from retrieval_service.core.knowledge_bases import KnowledgeBase, KnowledgeBases
 from retrieval_service.core.recall import RetrievalPipeline
+from shared.access import Permission, Principal, current_principal
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
+
+
+def authorize(permission: Permission, names: Sequence[str], field: str) -> Principal:
+    """The caller, once it holds `permission` on every knowledge base `names` names (none: the
+    default), checked before the store is asked whether they exist, so a key learns nothing
+    of knowledge bases it may not use. A malformed name is INVALID_ARGUMENT naming `field`
+    (`field[i]` for a list)."""
+    principal = current_principal()
+    listed = field.endswith("s")
+    for i, text in enumerate(names or [""]):
+        named = kb_name(text, f"{field}[{i}]" if listed else field)
+        principal.require(permission, kb_id_of(named))
+    return principal
+
+
+def authorize_named(permission: Permission, text: str, field: str) -> Principal:
+    """`authorize` for a knowledge-base RPC's one name; an empty one is left to the RPC
+    (INVALID_ARGUMENT naming `field`)."""
+    return authorize(permission, [text], field) if text else current_principal()
 
 
 def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
@@ -138,6 +159,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def Retrieve(
         self, request: retrieval_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.RetrieveResponse:
+        caller = authorize(Permission.READ, request.knowledge_bases, "knowledge_bases")
         top_k = request.top_k if request.HasField("top_k") else None
         result = await self._pipeline.retrieve(
             request.query,
@@ -145,6 +167,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             knowledge_bases=list(request.knowledge_bases),
             filter_text=request.filter,
             deadline=deadline_of(context),
+            groups=caller.groups,
         )
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(doc) for doc in result.docs],
@@ -154,20 +177,24 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def IngestDocuments(
         self, request: retrieval_pb2.IngestDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.IngestDocumentsResponse:
+        caller = authorize(Permission.WRITE, [request.knowledge_base], "knowledge_base")
         reports = await self._ingestor.ingest(
             documents_from_proto(request),
             knowledge_base=request.knowledge_base,
             deadline=deadline_of(context),
+            groups=caller.groups,
         )
         return ingest_response(reports)
 
     async def StreamIngestDocuments(
         self, request: retrieval_pb2.IngestDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retrieval_pb2.IngestEvent]:
+        caller = authorize(Permission.WRITE, [request.knowledge_base], "knowledge_base")
         events = self._ingestor.ingest_events(
             documents_from_proto(request),
             knowledge_base=request.knowledge_base,
             deadline=deadline_of(context),
+            groups=caller.groups,
         )
         async for event in events:
             if isinstance(event, IngestProgress):
@@ -178,18 +205,24 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def DeleteDocuments(
         self, request: retrieval_pb2.DeleteDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.DeleteDocumentsResponse:
+        caller = authorize(Permission.WRITE, [request.knowledge_base], "knowledge_base")
         deleted = await self._ingestor.delete(
             list(request.filenames),
             list(request.document_ids),
             knowledge_base=request.knowledge_base,
+            groups=caller.groups,
         )
         return retrieval_pb2.DeleteDocumentsResponse(deleted_chunks=deleted)
 
     async def ListDocuments(
         self, request: retrieval_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.ListDocumentsResponse:
+        caller = authorize(Permission.READ, [request.knowledge_base], "knowledge_base")
         page = await self._ingestor.list_page(
-            request.page_size, request.page_token, knowledge_base=request.knowledge_base
+            request.page_size,
+            request.page_token,
+            knowledge_base=request.knowledge_base,
+            groups=caller.groups,
         )
         return retrieval_pb2.ListDocumentsResponse(
             next_page_token=page.next_page_token,
@@ -200,6 +233,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.CreateKnowledgeBaseRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.KnowledgeBase:
         kbs = await self._knowledge_bases(context)
+        authorize_named(Permission.MANAGE, request.knowledge_base_id, "knowledge_base_id")
         kb = request.knowledge_base
         created = await kbs.create(request.knowledge_base_id, kb.display_name, kb.description)
         return knowledge_base_to_proto(created)
@@ -208,13 +242,17 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.GetKnowledgeBaseRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.KnowledgeBase:
         kbs = await self._knowledge_bases(context)
-        return knowledge_base_to_proto(await kbs.get(request.name))
+        caller = authorize_named(Permission.READ, request.name, "name")
+        return knowledge_base_to_proto(await kbs.get(request.name, groups=caller.groups))
 
     async def ListKnowledgeBases(
         self, request: retrieval_pb2.ListKnowledgeBasesRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.ListKnowledgeBasesResponse:
         kbs = await self._knowledge_bases(context)
-        page = await kbs.list_page(request.page_size, request.page_token)
+        caller = current_principal()
+        page = await kbs.list_page(
+            request.page_size, request.page_token, usable=caller.may_use, groups=caller.groups
+        )
         return retrieval_pb2.ListKnowledgeBasesResponse(
             knowledge_bases=[knowledge_base_to_proto(kb) for kb in page.knowledge_bases],
             next_page_token=page.next_page_token,
@@ -225,8 +263,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     ) -> retrieval_pb2.KnowledgeBase:
         kbs = await self._knowledge_bases(context)
         kb = request.knowledge_base
+        caller = authorize_named(Permission.MANAGE, kb.name, "knowledge_base.name")
         updated = await kbs.update(
-            kb.name, kb.display_name, kb.description, list(request.update_mask.paths)
+            kb.name,
+            kb.display_name,
+            kb.description,
+            list(request.update_mask.paths),
+            groups=caller.groups,
         )
         return knowledge_base_to_proto(updated)
 
@@ -234,5 +277,6 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.DeleteKnowledgeBaseRequest, context: grpc.aio.ServicerContext
     ) -> empty_pb2.Empty:
         kbs = await self._knowledge_bases(context)
+        authorize_named(Permission.MANAGE, request.name, "name")
         await kbs.delete(request.name, request.force)
         return empty_pb2.Empty()

@@ -54,6 +54,11 @@ class FailedPrecondition(DomainError):
         self.field = field
 
 
+class PermissionDenied(DomainError):
+    """The caller's key is valid but lacks a permission for what it asked. The message names
+    the permission and the knowledge base, never the key (docs/api.md#api-keys)."""
+
+
 class DependencyUnavailable(DomainError):
     """A downstream dependency (retrieval service, Milvus, model or embedding endpoint) cannot
     be reached."""

@@ -1,12 +1,11 @@
 """The gRPC runtime both services share: a `grpc.aio` server with health and reflection, one
-interceptor mapping domain errors to status codes (docs/api.md#status-codes), optional
-bearer-token auth, TLS or mTLS with certificates reloaded on change (shared.tls), and graceful
+interceptor mapping domain errors to status codes (docs/api.md#status-codes), optional API-key
+auth (shared.auth), TLS or mTLS with certificates reloaded on change (shared.tls), and graceful
 shutdown (SIGTERM/SIGINT → NOT_SERVING → drain → stop)."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -17,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from shared.audit import audit_interceptors
+from shared.auth import OPEN_PREFIXES, AuthInterceptor
 from shared.errors import (
     AlreadyExists,
     ConfigurationError,
@@ -29,8 +29,10 @@ from shared.errors import (
     InvalidArgument,
     ModelOutputInvalid,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
 )
+from shared.keys import KeyRing
 from shared.metrics import registry_for
 from shared.observability import (
     Continuation,
@@ -51,11 +53,8 @@ REFLECTION_SERVICE = reflection.SERVICE_NAME
 # grpcio-reflection serves v1alpha only, so v1 is added here: buf curl and newer grpcurl ask
 # v1 first (docs/api.md#servers).
 REFLECTION_V1_SERVICE = "grpc.reflection.v1.ServerReflection"
-_OPEN_PREFIXES = (
-    f"/{HEALTH_SERVICE}/",
-    f"/{REFLECTION_SERVICE}/",
-    f"/{REFLECTION_V1_SERVICE}/",
-)
+# Health and reflection pass every interceptor but observability untouched.
+_OPEN_PREFIXES = OPEN_PREFIXES
 
 # The one place a domain error becomes a status code (docs/api.md#status-codes). Keyed by the
 # exact classes of shared.errors; a subclass takes its nearest listed base's code. DomainError
@@ -64,6 +63,7 @@ STATUS_FOR_ERROR: dict[type[DomainError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     DependencyUnavailable: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -238,41 +238,6 @@ class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
         return _rewrapped(handler, method, self._wrap_unary, self._wrap_stream)
 
 
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED. Health and
-    reflection stay open so probes and `grpcurl list` work without credentials."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        method = handler_call_details.method or ""
-        if method.startswith(_OPEN_PREFIXES):
-            return await continuation(handler_call_details)
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        supplied = str(metadata.get("authorization", "")).encode()
-        if hmac.compare_digest(supplied, self._expected):
-            return await continuation(handler_call_details)
-        return _unauthenticated_handler(await continuation(handler_call_details))
-
-
-def _unauthenticated_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
-    async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-
-    async def deny_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        yield  # pragma: no cover - makes this an async generator
-
-    deserializer = handler.request_deserializer if handler else None
-    serializer = handler.response_serializer if handler else None
-    if handler is not None and handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(deny_stream, deserializer, serializer)
-    return grpc.unary_unary_rpc_method_handler(deny, deserializer, serializer)
-
-
 def _add_reflection(service_names: Sequence[str], server: grpc.aio.Server) -> None:
     """Reflection v1alpha and v1, one servicer behind both. v1 is served but not listed: its
     descriptors are not in the pool, and `buf curl --list-methods` describes every listed
@@ -314,8 +279,15 @@ class GrpcServer:
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
-        self.observability = ServerObservability(settings, registry_for(*self._service_names))
+        registry = registry_for(*self._service_names)
+        self.observability = ServerObservability(settings, registry)
         self.limiter = ConcurrencyLimitInterceptor(settings.max_concurrent_rpcs)
+        # Built here, not in start(): a broken AUTH_KEYS_FILE fails before anything listens.
+        self.auth = (
+            AuthInterceptor(KeyRing(settings.auth_keys_file, settings.auth_token), registry)
+            if settings.auth_on
+            else None
+        )
         self.port = 0
         self.health_port: int | None = None
         self._stopping = False
@@ -333,8 +305,8 @@ class GrpcServer:
             *self.observability.interceptors(),
             *audit_interceptors(self._settings),
         ]
-        if self._settings.auth_token:
-            interceptors.append(BearerTokenInterceptor(self._settings.auth_token))
+        if self.auth is not None:
+            interceptors.append(self.auth)
         interceptors.append(self.limiter)
         interceptors.append(ErrorMappingInterceptor())
         size = self._settings.grpc_max_message_bytes
@@ -394,12 +366,24 @@ class GrpcServer:
             f"serving {', '.join(self._service_names)} on {self.address}",
             f"TLS {'on' if s.tls_cert_file else 'off'}"
             + (" (mTLS)" if s.tls_client_ca_file else ""),
-            f"auth {'on' if s.auth_token else 'off'}",
+            f"auth {self._auth_description()}",
             f"metrics http://{s.bind_host}:{metrics}/metrics" if metrics else "metrics off",
         ]
         if self.health_port:
             parts.append(f"health {s.bind_host}:{self.health_port}")
         return "; ".join(parts)
+
+    def _auth_description(self) -> str:
+        if self.auth is None:
+            return "off"
+        sources = (
+            [f"AUTH_KEYS_FILE ({self.auth.ring.key_count} keys)"]
+            if self._settings.auth_keys_file
+            else []
+        )
+        if self._settings.auth_token:
+            sources.append("AUTH_TOKEN")
+        return "on: " + " + ".join(sources)
 
     async def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING first (so balancers stop sending), then let in-flight calls finish for

@@ -17,7 +17,14 @@ class ServerSettings(BaseSettings):
 
     bind_host: str = Field("127.0.0.1", description="Listen address (0.0.0.0 in containers).")
     auth_token: str | None = Field(
-        None, description="When set, every RPC but health needs `authorization: Bearer <token>`."
+        None,
+        description="When set, every RPC but health and reflection needs `authorization: "
+        "Bearer <token>`; the token is one admin key on every knowledge base.",
+    )
+    auth_keys_file: str | None = Field(
+        None,
+        description="YAML or JSON file of scoped API keys (docs/api.md#api-keys), re-read when "
+        "it changes; set = every RPC but health and reflection needs a key.",
     )
     grpc_max_message_bytes: int = Field(
         64 * 1024 * 1024, gt=0, description="Max gRPC message size, both directions."
@@ -70,6 +77,10 @@ class ServerSettings(BaseSettings):
     audit_log_queries: bool = Field(
         False, description="Put the question or query text on audit lines (`question`)."
     )
+
+    @property
+    def auth_on(self) -> bool:
+        return bool(self.auth_token or self.auth_keys_file)
 
     def listen_ports(self) -> dict[str, int]:
         """The fixed ports this process will listen on, by the variable that sets each:

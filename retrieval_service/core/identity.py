@@ -12,10 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from shared.access import ACL_KEY, DEFAULT_KB_ID, KB_PREFIX
 from shared.errors import InvalidArgument
 
-KB_PREFIX = "knowledge_bases/"
-DEFAULT_KB_ID = "default"
 DEFAULT_KB = KB_PREFIX + DEFAULT_KB_ID
 KB_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 DOCUMENT_ID = re.compile(r"[A-Za-z0-9._/:-]{1,512}")
@@ -73,7 +72,7 @@ def _value(value: Any, field: str) -> Any:
 def check_metadata(metadata: Mapping[str, Any] | None, field: str) -> Metadata:
     """The canonical form of a document's metadata ({} for none): at most 32 keys matching
     `[a-z_][a-z0-9_]{0,63}`, values strings, numbers, booleans or lists of strings, at most
-    8 KiB as canonical JSON."""
+    8 KiB as canonical JSON; `acl`, reserved, a list of group names."""
     if not metadata:
         return {}
     if len(metadata) > MAX_METADATA_KEYS:
@@ -83,6 +82,9 @@ def check_metadata(metadata: Mapping[str, Any] | None, field: str) -> Metadata:
         if not isinstance(key, str) or not METADATA_KEY.fullmatch(key):
             raise InvalidArgument(field, f"key {key!r} does not match [a-z_][a-z0-9_]{{0,63}}")
         out[key] = _value(metadata[key], f"{field}.{key}")
+        if key == ACL_KEY and not isinstance(out[key], list):
+            # Reserved: the document's access groups (docs/api.md#document-access).
+            raise InvalidArgument(f"{field}.{key}", "must be a list of group names")
     size = len(canonical_json(out).encode())
     if size > MAX_METADATA_BYTES:
         raise InvalidArgument(field, f"is {size} bytes as JSON, at most {MAX_METADATA_BYTES}")

@@ -19,9 +19,10 @@ from retrieval_service.core.documents import (
     decode_page_token,
     encode_page_token,
 )
-from retrieval_service.core.identity import DEFAULT_KB, check_kb_id, kb_name
+from retrieval_service.core.identity import DEFAULT_KB, check_kb_id, kb_id_of, kb_name
 from retrieval_service.core.ingest.validation import list_page_size
 from retrieval_service.core.ports import DocumentRegistry, KnowledgeBaseStore
+from shared.access import document_visible
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -142,25 +143,48 @@ class KnowledgeBases:
         await self._store.put(record)
         return KnowledgeBase(record, 0, 0)
 
-    async def get(self, text: str, field: str = "name") -> KnowledgeBase:
+    async def get(
+        self, text: str, field: str = "name", *, groups: frozenset[str] | None = None
+    ) -> KnowledgeBase:
+        """The knowledge base with the counts of the documents visible to `groups` (None:
+        all)."""
         name = await self.require(_named(text, field), field)
         record = await self._store.get(name)
         assert record is not None
-        return (await self._counted([record]))[0]
+        return (await self._counted([record], groups))[0]
 
-    async def list_page(self, page_size: int, page_token: str) -> KnowledgeBasePage:
+    async def list_page(
+        self,
+        page_size: int,
+        page_token: str,
+        *,
+        usable: Callable[[str], bool] = lambda _kb_id: True,
+        groups: frozenset[str] | None = None,
+    ) -> KnowledgeBasePage:
+        """One page of the knowledge bases whose id `usable` admits (a key's own), each with
+        the counts of the documents visible to `groups`."""
         size = list_page_size(page_size)
         after = decode_page_token(page_token) if page_token else ""
         live = sorted(
-            (r for r in await self._store.all() if r.state == ACTIVE and r.name > after),
+            (
+                r
+                for r in await self._store.all()
+                if r.state == ACTIVE and r.name > after and usable(kb_id_of(r.name))
+            ),
             key=lambda r: r.name,
         )
         page = live[:size]
         token = encode_page_token(page[-1].name) if len(live) > size and page else ""
-        return KnowledgeBasePage(await self._counted(page), token)
+        return KnowledgeBasePage(await self._counted(page, groups), token)
 
     async def update(
-        self, name_text: str, display_name: str, description: str, paths: Sequence[str]
+        self,
+        name_text: str,
+        display_name: str,
+        description: str,
+        paths: Sequence[str],
+        *,
+        groups: frozenset[str] | None = None,
     ) -> KnowledgeBase:
         for i, path in enumerate(paths):
             if path not in UPDATABLE:
@@ -181,7 +205,7 @@ class KnowledgeBases:
         if "description" in wanted:
             record = replace(record, description=description)
         await self._store.put(record)
-        return (await self._counted([record]))[0]
+        return (await self._counted([record], groups))[0]
 
     async def delete(self, text: str, force: bool) -> None:
         name = await self.require(_named(text, "name"), "name")
@@ -213,14 +237,17 @@ class KnowledgeBases:
 
     # ---- counts ----------------------------------------------------------------------------
 
-    async def _counted(self, records: Sequence[KnowledgeBaseRecord]) -> list[KnowledgeBase]:
-        """Each record with its current documents and their chunks over all levels (from the
-        registry's records: no chunk is scanned)."""
+    async def _counted(
+        self, records: Sequence[KnowledgeBaseRecord], groups: frozenset[str] | None = None
+    ) -> list[KnowledgeBase]:
+        """Each record with its current documents visible to `groups` (None: all) and their
+        chunks over all levels (from the registry's records: no chunk is scanned)."""
         out = []
         for record in records:
             keys = await self._registry.scan(record.name)
             live = [k for k in current_of(keys).values() if k.state == COMMITTED]
             entries = await self._registry.full(live) if live else []
-            chunks = sum(e.level_count(lvl) for e in entries for lvl in LEVELS)
-            out.append(KnowledgeBase(record, len(live), chunks))
+            seen = [e for e in entries if document_visible(e.metadata, groups)]
+            chunks = sum(e.level_count(lvl) for e in seen for lvl in LEVELS)
+            out.append(KnowledgeBase(record, len(seen), chunks))
         return out

@@ -67,10 +67,13 @@ class StoredChunk:
 @dataclass(frozen=True, slots=True)
 class SearchScope:
     """What a search may return: chunks of these knowledge bases (full names) that `filter`
-    admits (None: every chunk of them)."""
+    admits (None: every chunk of them), of documents visible to `groups` (None: every
+    document; otherwise those without an `acl` or whose `acl` names one of the groups,
+    `shared.access.document_visible`)."""
 
     knowledge_bases: tuple[str, ...] = (DEFAULT_KB,)
     filter: Filter | None = None
+    groups: frozenset[str] | None = None
 
 
 #: The default knowledge base, unfiltered.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -172,14 +172,16 @@ class RetrievalPipeline:
         knowledge_bases: Sequence[str] = (),
         filter_text: str = "",
         deadline: float | None = None,
+        groups: frozenset[str] | None = None,
     ) -> RetrievalResult:
         """Recall within the named knowledge bases (none: the default) among the documents
-        `filter_text` admits. `deadline` (a `time.monotonic()` instant) bounds the query
-        embedding; past it, DeadlineExceeded is raised rather than a `failed` answer nobody
-        waits for."""
+        `filter_text` admits and `groups` may see (None: all; `SearchScope.groups`) — inside
+        the search itself, so every count of the meta is of visible chunks. `deadline` (a
+        `time.monotonic()` instant) bounds the query embedding; past it, DeadlineExceeded is
+        raised rather than a `failed` answer nobody waits for."""
         top_k = self._validate(query, top_k)
         try:
-            scope = await self.scope(knowledge_bases, filter_text)
+            scope = replace(await self.scope(knowledge_bases, filter_text), groups=groups)
         except STORE_FAILURES:
             # The knowledge bases cannot be looked up: a failed recall, as when the store
             # fails later (bad names and filters were refused before the store was asked).

@@ -42,6 +42,7 @@ from retrieval_service.core.filters import matches
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
 from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
+from shared.access import document_visible
 from shared.lexical import bm25_text
 
 # What the BM25 analyser reads as one term: a CJK character or a run of letters and digits.
@@ -163,6 +164,7 @@ class InMemoryChunkRepository:
             for pk, row in self._rows(level).items()
             if row.fields["knowledge_base"] in scope.knowledge_bases
             and (scope.filter is None or matches(scope.filter, row.fields))
+            and document_visible(row.fields.get("metadata"), scope.groups)
         }
 
     def _dense(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
-from retrieval_service.adapters.milvus.filters import to_milvus_expr
+from retrieval_service.adapters.milvus.filters import acl_expr, to_milvus_expr
 from retrieval_service.adapters.milvus.schema import (
     OUTPUT_FIELDS,
     UNANALYSED,
@@ -79,7 +79,7 @@ def store_row(
 
 def scope_expr(level: int, scope: SearchScope) -> str:
     compiled = to_milvus_expr(scope.filter) if scope.filter is not None else None
-    return scope_filter(level, scope.knowledge_bases, compiled)
+    return scope_filter(level, scope.knowledge_bases, compiled, acl_expr(scope.groups))
 
 
 def _delete_count(result: Any, fallback: int) -> int:

@@ -34,6 +34,7 @@ from retrieval_service.core.filters import (
     Op,
     Value,
 )
+from shared.access import ACL_KEY
 
 #: The chunk row field each filter column reads.
 COLUMN_FIELDS = {
@@ -102,6 +103,20 @@ def _comparison(c: Comparison, negated: bool) -> str:
     if c.op is Op.HAS:
         return f"(json_contains({path}, {value}) or ({compared}))"
     return f"({compared})"
+
+
+def acl_expr(groups: frozenset[str] | None) -> str | None:
+    """The rows of documents visible to `groups` (`shared.access.document_visible`): no
+    `acl` key, or an `acl` list holding one of the groups; None when every row is visible.
+    Inside the search's own expression, so hidden documents are never candidates of either
+    side of a hybrid search."""
+    if groups is None:
+        return None
+    path = _path(MetadataKey(ACL_KEY))
+    if not groups:
+        return f"not exists {path}"
+    names = ", ".join(quote(group) for group in sorted(groups))
+    return f"not exists {path} or json_contains_any({path}, [{names}])"
 
 
 def _path(key: MetadataKey) -> str:

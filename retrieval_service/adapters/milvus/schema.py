@@ -230,12 +230,16 @@ def level_filter(level: int) -> str:
     return f"chunk_level == {level}"
 
 
-def scope_filter(level: int, knowledge_bases: Sequence[str], compiled: str | None) -> str:
+def scope_filter(
+    level: int, knowledge_bases: Sequence[str], compiled: str | None, acl: str | None = None
+) -> str:
     """A search's expression: the level, the knowledge bases (the partition key: Milvus reads
-    only their partitions) and the compiled filter (`adapters.milvus.filters`), if any."""
+    only their partitions), the compiled filter (`adapters.milvus.filters`) and the caller's
+    document visibility (`adapters.milvus.filters.acl_expr`), each if any."""
     names = ", ".join(quote(name) for name in knowledge_bases)
-    expr = f"{level_filter(level)} and knowledge_base in [{names}]"
-    return f"{expr} and ({compiled})" if compiled else expr
+    parts = [f"{level_filter(level)} and knowledge_base in [{names}]"]
+    parts += [f"({extra})" for extra in (compiled, acl) if extra]
+    return " and ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
