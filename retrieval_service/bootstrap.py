@@ -112,11 +112,10 @@ class RetrievalApp:
     knowledge_bases: KnowledgeBases
 
     @property
-    def reconcile_grace(self) -> float | None:
-        """None on embedded Milvus Lite, whose data directory only this service's Lite child
-        can open (every pending version is then dead); on a shared server,
-        RECONCILE_GRACE_SECONDS."""
-        return None if self.store.config.embedded else self.settings.reconcile_grace_seconds
+    def sole_writer(self) -> bool:
+        """On embedded Milvus Lite only this service's Lite child can open the data directory:
+        at start-up, every lease in the store is then a dead process's."""
+        return self.store.config.embedded
 
     async def aclose(self, *, close_embedder: bool = True) -> None:
         await self.reranker.aclose()
@@ -195,6 +194,7 @@ async def create_app(
         checkpoint=checkpoint,
         bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),
         require=knowledge_bases.require,
+        lease_seconds=settings.ingest_lease_seconds,
     )
     servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases)
     app = RetrievalApp(
@@ -212,7 +212,7 @@ async def create_app(
     try:
         await knowledge_bases.ensure_default()
         await knowledge_bases.reconcile()
-        await ingestor.reconcile(app.reconcile_grace)
+        await ingestor.reconcile(sole_writer=app.sole_writer)
         level = recall.leaf_level
         problem = unanalysed_problem(
             level, milvus.level_collection(level), await chunks.unanalysed_filename(level)
@@ -227,17 +227,17 @@ async def create_app(
 
 async def reconcile_periodically(app: RetrievalApp) -> None:
     """On a shared Milvus server, a replica that crashed leaves rows no restart of *this*
-    replica would remove; every replica therefore reconciles now and then (a registry scan,
-    cheap when nothing is stale). Embedded Lite needs only the start-up pass."""
-    grace = app.reconcile_grace
-    if grace is None:
+    replica would remove; every replica therefore reconciles once per INGEST_LEASE_SECONDS (a
+    registry scan, cheap when nothing is stale), so a dead writer's version goes within about
+    two lease periods of its last renewal. Embedded Lite needs only the start-up pass."""
+    if app.sole_writer:
         return
     while True:
-        await asyncio.sleep(max(grace / 2, 1.0))
+        await asyncio.sleep(app.settings.ingest_lease_seconds)
         try:
             # A knowledge base a crashed replica left DELETING (finishing it twice is harmless).
             await app.knowledge_bases.reconcile()
-            await app.ingestor.reconcile(grace)
+            await app.ingestor.reconcile()
         except STORE_FAILURES:
             log.warning("periodic reconciliation failed; retrying at the next period")
 
@@ -252,6 +252,12 @@ async def serve_app(
     ConfigurationError naming MILVUS_URI), the samples seeded, periodic reconciliation, and
     the gRPC server, NOT_SERVING while the Milvus Lite child is down."""
     clear_milvus_env()
+    if settings.reconcile_grace_seconds is not None:
+        log.warning(
+            "RECONCILE_GRACE_SECONDS is ignored: uncommitted ingests hold a lease now "
+            "(INGEST_LEASE_SECONDS=%g); unset it",
+            settings.ingest_lease_seconds,
+        )
     try:
         app = await create_app(settings, checkpoint=checkpoint)
     except STORE_FAILURES as exc:

@@ -25,11 +25,17 @@ class RetrievalSettings(ServerSettings):
     )
     milvus_token: str | None = None
     milvus_collection: str = "supermew_chunks"
-    reconcile_grace_seconds: float = Field(
-        3600.0,
-        ge=0,
-        description="On a shared Milvus server: an uncommitted ingest older than this is "
-        "presumed dead and removed by reconciliation; must exceed the longest ingest.",
+    ingest_lease_seconds: float = Field(
+        30.0,
+        ge=1,
+        description="The lease an ingest, replace or delete holds on its unfinished registry "
+        "records, renewed every third of it while it runs; reconciliation (at start-up and "
+        "every lease period) removes an uncommitted version once its lease expired.",
+    )
+    # Replaced by INGEST_LEASE_SECONDS: still accepted (any value), ignored, and named in one
+    # start-up warning (bootstrap.serve_app), so an old deployment keeps starting.
+    reconcile_grace_seconds: str | None = Field(
+        None, description="Ignored (replaced by INGEST_LEASE_SECONDS); set, it is warned about."
     )
 
     retrieval_top_k: int = Field(8, ge=1, le=100)

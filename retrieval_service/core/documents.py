@@ -35,13 +35,13 @@ def new_version() -> str:
     return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
 
 
-def version_age_seconds(version: str, now_ns: int | None = None) -> float:
-    """How long ago a version was started (its timestamp prefix); 0 for an unreadable one."""
+def version_time_ms(version: str) -> int:
+    """The epoch milliseconds a version was started at (its timestamp prefix); 0 for an
+    unreadable one."""
     try:
-        started = int(version.split("-", 1)[0])
+        return int(version.split("-", 1)[0]) // 1_000_000
     except ValueError:
-        return 0.0
-    return max(0.0, ((now_ns if now_ns is not None else time.time_ns()) - started) / 1e9)
+        return 0
 
 
 @dataclass(slots=True)
@@ -51,7 +51,9 @@ class DocumentEntry:
     level, from which every chunk id is derived. `document_id` "" means the filename;
     `ingest_time` is epoch milliseconds; `fingerprint` says what the version was built from
     (`unchanged` ingests compare it); a record of a store older than knowledge bases has no
-    content_sha256, size or fingerprint."""
+    content_sha256, size or fingerprint. `lease_expires_ms` (epoch milliseconds) is the lease
+    of the writer of a PENDING version or of a delete's TOMBSTONE while it runs (0: none
+    recorded); a committed record has none (`core/ingest/leases.py`)."""
 
     filename: str
     file_type: str
@@ -66,6 +68,7 @@ class DocumentEntry:
     size_bytes: int = 0
     ingest_time: int = 0
     fingerprint: str = ""
+    lease_expires_ms: int = 0
 
     def __post_init__(self) -> None:
         if not self.document_id:
@@ -123,6 +126,7 @@ class RecordKey:
     version: str
     state: int
     knowledge_base: str = DEFAULT_KB
+    lease_expires_ms: int = 0
 
     @property
     def key(self) -> DocKey:
@@ -130,7 +134,13 @@ class RecordKey:
 
 
 def record_key(entry: DocumentEntry) -> RecordKey:
-    return RecordKey(entry.document_id, entry.version, entry.state, entry.knowledge_base)
+    return RecordKey(
+        entry.document_id,
+        entry.version,
+        entry.state,
+        entry.knowledge_base,
+        entry.lease_expires_ms,
+    )
 
 
 @dataclass(frozen=True, slots=True)

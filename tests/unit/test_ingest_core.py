@@ -26,6 +26,7 @@ from retrieval_service.core.ingest import (
     SourceDocument,
     no_checkpoint,
 )
+from retrieval_service.core.ingest.leases import Clock, wall_clock_ms
 from shared.errors import InvalidArgument
 from tests.fakes.hashing_embedder import HashingEmbedder
 from tests.fakes.in_memory_store import InMemoryChunkRepository, InMemoryDocumentRegistry
@@ -50,7 +51,12 @@ class World:
     registry: InMemoryDocumentRegistry = field(default_factory=InMemoryDocumentRegistry)
     embedder: HashingEmbedder = field(default_factory=lambda: HashingEmbedder(DIM))
 
-    def ingestor(self, checkpoint: Checkpoint = no_checkpoint, window: int = 4) -> Ingestor:
+    def ingestor(
+        self,
+        checkpoint: Checkpoint = no_checkpoint,
+        window: int = 4,
+        clock: Clock = wall_clock_ms,
+    ) -> Ingestor:
         return Ingestor(
             self.chunks,
             self.registry,
@@ -60,6 +66,7 @@ class World:
             max_document_bytes=10_000,
             window=window,
             checkpoint=checkpoint,
+            clock=clock,
         )
 
     def crashing_at(self, point: str) -> Ingestor:
@@ -72,10 +79,10 @@ class World:
 
         return self.ingestor(checkpoint)
 
-    def restart(self) -> Ingestor:
+    def restart(self, clock: Clock = wall_clock_ms) -> Ingestor:
         self.chunks.faults.heal()
         self.registry.faults.heal()
-        return self.ingestor()
+        return self.ingestor(clock=clock)
 
     def rows_of(self, filename: str) -> dict[int, list[tuple[str, str]]]:
         """Per level, the (chunk_id, version) of every row of `filename`."""
@@ -180,7 +187,7 @@ async def test_delete_removes_every_level(world: World) -> None:
     assert [e.state for e in world.registry.entries() if e.filename == DOC] == [TOMBSTONE]
     assert await ingestor.delete(["unknown.md"]) == 0
     assert await world.registry.get(OTHER) is not None
-    assert await world.restart().reconcile(None) == 1
+    assert await world.restart().reconcile(sole_writer=True) == 1
     assert [e.filename for e in world.registry.entries()] == [OTHER]
 
 
@@ -355,7 +362,7 @@ async def test_a_replace_survives_a_crash_at_every_point(world: World, point: st
     committed = point in COMMITTED_FROM
     assert (seen.version == old.version) is not committed
 
-    await world.restart().reconcile(None)
+    await world.restart().reconcile(sole_writer=True)
     survivor = await world.registry.get(DOC)
     assert survivor is not None
     if committed:
@@ -372,7 +379,7 @@ async def test_a_delete_survives_a_crash_at_every_point(world: World, point: str
     old, other = await prepared(world)
     with pytest.raises(Crash):
         await world.crashing_at(point).delete([DOC])
-    await world.restart().reconcile(None)
+    await world.restart().reconcile(sole_writer=True)
     if point in DELETE_COMMITTED_FROM:
         assert await world.registry.get(DOC) is None
         assert [e for e in world.registry.entries() if e.filename == DOC] == []
@@ -387,7 +394,7 @@ async def test_a_first_ingest_survives_a_crash_at_every_point(world: World, poin
     """No previous version (so no cleanup): the document is absent or whole."""
     with pytest.raises(Crash):
         await world.crashing_at(point).ingest([md(DOC, NEW)])
-    await world.restart().reconcile(None)
+    await world.restart().reconcile(sole_writer=True)
     entry = await world.registry.get(DOC)
     if point in COMMITTED_FROM:
         assert entry is not None
@@ -401,19 +408,23 @@ async def test_a_first_ingest_survives_a_crash_at_every_point(world: World, poin
 async def test_reconcile_leaves_a_settled_store_alone(world: World) -> None:
     await prepared(world)
     before = world.snapshot()
-    assert await world.restart().reconcile(None) == 0
+    assert await world.restart().reconcile(sole_writer=True) == 0
     assert world.snapshot() == before
 
 
-async def test_reconcile_keeps_a_young_pending_version_within_the_grace(world: World) -> None:
-    """On a shared server another replica may be writing it: only a grace older than the
-    version lets reconciliation remove it."""
+async def test_reconcile_keeps_a_pending_version_while_its_lease_is_live(world: World) -> None:
+    """On a shared server another replica may be writing it: reconciliation removes it only
+    once its writer's lease (INGEST_LEASE_SECONDS) has expired."""
     old, _ = await prepared(world)
     with pytest.raises(Crash):
         await world.crashing_at("during_level_2").ingest([md(DOC, NEW)])
-    ingestor = world.restart()
-    assert await ingestor.reconcile(3600.0) == 0
+    [pending] = [e for e in world.registry.entries() if e.state == PENDING]
+    assert pending.lease_expires_ms > 0
+    clock = [pending.lease_expires_ms - 1]
+    ingestor = world.restart(clock=lambda: clock[0])
+    assert await ingestor.reconcile() == 0
     assert PENDING in {e.state for e in world.registry.entries() if e.filename == DOC}
     assert await world.registry.get(DOC) == old
-    assert await ingestor.reconcile(0.0) == 1
+    clock[0] = pending.lease_expires_ms
+    assert await ingestor.reconcile() == 1
     await assert_only(world, DOC, old)

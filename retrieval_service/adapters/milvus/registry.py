@@ -6,7 +6,13 @@ current version of a document is its greatest committed version (a tombstone = d
 "newest wins" is decidable without compare-and-set, which Milvus does not have. A record also
 holds the document's file name and type, page count and per-page chunk counts, from which
 every chunk id of that version is derived (never scanned), and its metadata, content hash,
-size, ingest time and fingerprint."""
+size, ingest time and fingerprint.
+
+The lease of a writer in flight (`core/ingest/leases.py`) lives in the `ingest_time` column of
+the records it holds, so the registry layout is unchanged: a PENDING version's ingest time is
+its version's timestamp until it commits (the COMMITTED record stores the real one), and a
+TOMBSTONE has none, so that column holds their lease's expiry (epoch ms). A record written
+before leases holds its version's time or 0 there, i.e. no lease (`leases.lease_expiry_ms`)."""
 
 from __future__ import annotations
 
@@ -33,22 +39,33 @@ from retrieval_service.core.documents import (
     decode_page_token,
     encode_page_token,
     record_key,
+    version_time_ms,
 )
 from retrieval_service.core.identity import DEFAULT_KB
 
 _BATCH = 1000
+#: What a scan reads: the key fields and the column that holds an uncommitted record's lease.
+_SCAN_FIELDS = [*REGISTRY_KEY_FIELDS, "ingest_time"]
 
 
 def _pk(record: DocumentEntry | RecordKey) -> str:
     return registry_pk(record.knowledge_base, record.document_id, record.version)
 
 
+def _lease(row: dict[str, Any]) -> int:
+    """The lease a row's record holds (0 for a committed one; `ingest_time` if read)."""
+    return 0 if int(row["state"]) == COMMITTED else int(row.get("ingest_time") or 0)
+
+
 def _key(row: dict[str, Any]) -> RecordKey:
-    return RecordKey(row["document_id"], row["version"], int(row["state"]), row["knowledge_base"])
+    return RecordKey(
+        row["document_id"], row["version"], int(row["state"]), row["knowledge_base"], _lease(row)
+    )
 
 
 def entry_of(row: dict[str, Any]) -> DocumentEntry:
     """The record a registry row holds."""
+    committed = int(row["state"]) == COMMITTED
     return DocumentEntry(
         filename=row["filename"],
         file_type=row["file_type"],
@@ -61,8 +78,9 @@ def entry_of(row: dict[str, Any]) -> DocumentEntry:
         metadata=dict(row.get("metadata") or {}),
         content_sha256=row["content_sha256"],
         size_bytes=int(row["size_bytes"]),
-        ingest_time=int(row["ingest_time"]),
+        ingest_time=int(row["ingest_time"]) if committed else version_time_ms(row["version"]),
         fingerprint=row["fingerprint"],
+        lease_expires_ms=_lease(row),
     )
 
 
@@ -81,7 +99,7 @@ def row_of(entry: DocumentEntry) -> dict[str, Any]:
         "metadata": entry.metadata,
         "content_sha256": entry.content_sha256,
         "size_bytes": entry.size_bytes,
-        "ingest_time": entry.ingest_time,
+        "ingest_time": entry.ingest_time if entry.state == COMMITTED else entry.lease_expires_ms,
         "fingerprint": entry.fingerprint,
         "marker": [0.0] * REGISTRY_VECTOR_DIM,
     }
@@ -171,7 +189,7 @@ class DocumentRegistry:
         document_id, then version (`registry_pk`). A query iterator, because a plain query
         stops at Milvus's 16,384-row window and returns rows in no order."""
         iterator = client.query_iterator(
-            self._collection, batch_size=_BATCH, filter=expr, output_fields=REGISTRY_KEY_FIELDS
+            self._collection, batch_size=_BATCH, filter=expr, output_fields=_SCAN_FIELDS
         )
         try:
             while batch := iterator.next():

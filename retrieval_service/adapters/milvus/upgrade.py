@@ -17,9 +17,8 @@ from typing import Any
 from retrieval_service.adapters.milvus.connection import MilvusStore, quote
 from retrieval_service.adapters.milvus.registry import row_of
 from retrieval_service.adapters.milvus.schema import REGISTRY_VECTOR_DIM
-from retrieval_service.core.documents import LEVELS, DocumentEntry
+from retrieval_service.core.documents import LEVELS, DocumentEntry, version_time_ms
 from retrieval_service.core.identity import DEFAULT_KB
-from retrieval_service.core.ingest.versions import version_time_ms
 
 log = logging.getLogger(__name__)
 

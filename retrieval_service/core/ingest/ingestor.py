@@ -13,8 +13,16 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +52,7 @@ from retrieval_service.core.ingest.flow import (
     ProgressSink,
     embedding_window,
 )
+from retrieval_service.core.ingest.leases import Clock, Lease, wall_clock_ms
 from retrieval_service.core.ingest.preparation import Prepared
 from retrieval_service.core.ingest.validation import (
     SourceDocument,
@@ -67,7 +76,8 @@ from retrieval_service.core.ports import (
     Embedder,
     PageLoader,
 )
-from shared.errors import InvalidArgument
+from shared.access import document_visible
+from shared.errors import InvalidArgument, PermissionDenied
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +123,14 @@ class Ingestor:
         checkpoint: Checkpoint = no_checkpoint,
         bm25_levels: Iterable[int] = LEVELS,
         require: Require = any_well_formed,
+        lease_seconds: float = 30.0,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         """`load_pages` turns a document's bytes into pages; `window`: texts per embedding
         window (default `embedding_window(embedder)`); `bm25_levels`: the levels whose chunks
         are indexed for BM25 (the recalled level, LEAF_RETRIEVE_LEVEL, or all with
-        BM25_ALL_LEVELS; `StoredChunk.analysed`)."""
+        BM25_ALL_LEVELS; `StoredChunk.analysed`); `lease_seconds`: INGEST_LEASE_SECONDS, the
+        lease a write holds on its unfinished records (`leases.py`); `clock`: epoch ms."""
         self._load_pages = load_pages
         self._bm25_levels = frozenset(bm25_levels)
         self._registry = registry
@@ -125,7 +138,9 @@ class Ingestor:
         self._chunking = chunking
         self._max_bytes = max_document_bytes
         self._window = window or embedding_window(embedder)
-        self._versions = VersionProtocol(chunks, registry, checkpoint)
+        self._versions = VersionProtocol(
+            chunks, registry, checkpoint, lease_seconds=lease_seconds, clock=clock
+        )
         self._require = require
         # What every version's fingerprint includes besides the document itself.
         self._settings = [repr(chunking), embedder.name, embedder.dim]
@@ -174,21 +189,17 @@ class Ingestor:
             raise InvalidArgument(field, "no text could be extracted")
         return Version(prepared, doc.index)
 
-    async def _unchanged(
+    async def _current(
         self, docs: list[Identified], knowledge_base: str
-    ) -> dict[int, IngestedDocument]:
-        """The documents whose current version has the same fingerprint, reported from their
-        stored records (nothing to embed or write), by request index."""
+    ) -> dict[int, DocumentEntry]:
+        """The committed current record of each document that has one, by request index."""
         records = await self._registry.records_of([d.document_id for d in docs], knowledge_base)
-        out: dict[int, IngestedDocument] = {}
+        out: dict[int, DocumentEntry] = {}
         for d in docs:
             mine = records.get(d.document_id, [])
             key = current_of(record_key(r) for r in mine).get((knowledge_base, d.document_id))
-            if key is None or key.state != COMMITTED:
-                continue
-            current = next(r for r in mine if r.version == key.version)
-            if current.fingerprint and current.fingerprint == d.fingerprint:
-                out[d.index] = _unchanged_report(current)
+            if key is not None and key.state == COMMITTED:
+                out[d.index] = next(r for r in mine if r.version == key.version)
         return out
 
     async def _embed(
@@ -239,6 +250,7 @@ class Ingestor:
         handover: Handover[Window],
         reports: list[tuple[int, IngestedDocument]],
         knowledge_base: str,
+        lease: Lease,
     ) -> None:
         """Writes each embedded window as it arrives, together with every window already
         waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes;
@@ -261,7 +273,7 @@ class Ingestor:
             staged, completed = stage([w for w, _ in taken], self._bm25_levels)
             async with self._lock:
                 await self._require(knowledge_base, "knowledge_base")
-                await self._versions.commit(staged, completed)
+                await self._versions.commit(staged, completed, lease)
                 unsealed += sum(map(len, staged.values()))
                 if unsealed >= SEAL_EVERY_ROWS:
                     await self._versions.seal()
@@ -277,6 +289,7 @@ class Ingestor:
         knowledge_base: str = "",
         deadline: float | None = None,
         on_progress: ProgressSink | None = None,
+        groups: frozenset[str] | None = None,
     ) -> list[IngestedDocument]:
         """All documents are validated and parsed before anything is embedded or written, so
         bad input changes nothing. Then embedding and writing overlap: each embedded window's
@@ -286,13 +299,21 @@ class Ingestor:
         raised; when a write fails, embedding stops. `deadline` is a `time.monotonic()`
         instant for the embedder; `on_progress` hears each document's embedding progress.
         A document whose current version has the same fingerprint is reported `unchanged`
-        and neither embedded nor written. Reports come in request order."""
+        and neither embedded nor written. Reports come in request order. A caller restricted
+        to `groups` may not replace a document it cannot see (PERMISSION_DENIED naming
+        `documents[i]`)."""
         started = time.monotonic()
         kb = await self._require(knowledge_base, "knowledge_base")
         check_ingest_request(documents)
         identified = await asyncio.to_thread(self._identify_all, documents)
         del documents
-        unchanged = await self._unchanged(identified, kb)
+        current = await self._current(identified, kb)
+        refuse_hidden(current, groups)
+        unchanged = {
+            d.index: _unchanged_report(current[d.index])
+            for d in identified
+            if d.index in current and current[d.index].fingerprint == d.fingerprint
+        }
         versions = await asyncio.to_thread(self._parse_all, identified, kb, set(unchanged))
         # The pages hold the text now: the request's bytes need not live as long as the call
         # (a 20 MiB document's copy), unless the caller keeps them.
@@ -307,14 +328,15 @@ class Ingestor:
         handover: Handover[Window] = Handover(PENDING_WINDOWS * self._window)
         reports: list[tuple[int, IngestedDocument]] = []
         tasks: list[asyncio.Future[None]] = []
+        lease = self._versions.lease()
         try:
             # Embedding starts while the intent is recorded; nothing is written before it is.
             embedder = asyncio.ensure_future(self._embed(versions, handover, deadline, progress))
             tasks = [embedder]
             async with self._lock:
                 await self._require(kb, "knowledge_base")
-                await self._versions.begin(versions)
-            writer = asyncio.ensure_future(self._write_windows(handover, reports, kb))
+                await self._versions.begin(versions, lease)
+            writer = asyncio.ensure_future(self._write_windows(handover, reports, kb, lease))
             tasks.append(writer)
             await asyncio.wait({writer, embedder}, return_when=asyncio.FIRST_COMPLETED)
             if writer.done():  # before the embedder: only by a failed write
@@ -330,6 +352,7 @@ class Ingestor:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await lease.stop()  # before a discard, which no renewal may undo
             unfinished = [v.entry for v in versions if not v.committed]
             if unfinished or reports:
                 async with self._lock:
@@ -348,6 +371,7 @@ class Ingestor:
         knowledge_base: str = "",
         deadline: float | None = None,
         heartbeat: float = HEARTBEAT_SECONDS,
+        groups: frozenset[str] | None = None,
     ) -> AsyncIterator[IngestEvent]:
         """`ingest` as events (`flow.ProgressEvents`): its progress, a heartbeat while none
         comes, then one IngestResult; an error of the ingest is raised after the events before
@@ -359,6 +383,7 @@ class Ingestor:
                 knowledge_base=knowledge_base,
                 deadline=deadline,
                 on_progress=events.hear,
+                groups=groups,
             )
         )
         del documents  # `ingest` lets them go once parsed
@@ -374,26 +399,45 @@ class Ingestor:
         document_ids: Sequence[str] = (),
         *,
         knowledge_base: str = "",
+        groups: frozenset[str] | None = None,
     ) -> int:
         """Removes every level of each named document of one knowledge base (a filename names
-        the document whose document_id is that filename); unknown ones are ignored."""
+        the document whose document_id is that filename); unknown ones, and those `groups`
+        may not see, are ignored."""
         kb = await self._require(knowledge_base, "knowledge_base")
         check_delete_request(filenames, document_ids)
         deleted = 0
         async with self._lock:
             for document_id in dict.fromkeys([*document_ids, *filenames]):
+                if groups is not None and not await self._visible(document_id, kb, groups):
+                    continue
                 deleted += await self._versions.delete(document_id, kb)
             await self._versions.seal()
         return deleted
 
+    async def _visible(self, document_id: str, knowledge_base: str, groups: frozenset[str]) -> bool:
+        entry = await self._registry.get(document_id, knowledge_base)
+        return entry is None or document_visible(entry.metadata, groups)
+
     async def list_page(
-        self, page_size: int, page_token: str, *, knowledge_base: str = ""
+        self,
+        page_size: int,
+        page_token: str,
+        *,
+        knowledge_base: str = "",
+        groups: frozenset[str] | None = None,
     ) -> DocumentPage:
         """One page of a knowledge base's documents by document_id (AIP-158): page_size 0 →
         100, above 1000 → 1000, negative → INVALID_ARGUMENT; a token this service did not
-        issue → INVALID_ARGUMENT."""
+        issue → INVALID_ARGUMENT. Documents `groups` may not see are left out (a page may
+        then hold fewer than page_size, as AIP-158 allows)."""
         kb = await self._require(knowledge_base, "knowledge_base")
-        return await self._registry.page(list_page_size(page_size), page_token, kb)
+        page = await self._registry.page(list_page_size(page_size), page_token, kb)
+        if groups is None:
+            return page
+        return replace(
+            page, entries=[e for e in page.entries if document_visible(e.metadata, groups)]
+        )
 
     async def purge(self, knowledge_base: str) -> int:
         """Removes every row and record of a knowledge base being deleted, while no write
@@ -403,12 +447,23 @@ class Ingestor:
 
     # ---- reconciliation -------------------------------------------------------------------
 
-    async def reconcile(self, grace_seconds: float | None) -> int:
+    async def reconcile(self, *, sole_writer: bool = False) -> int:
         """`VersionProtocol.reconcile` while no write of this process runs: removes what
-        crashed or superseded writers left (`None`: this process is the store's only writer,
-        so every pending version is dead). Returns the number of records removed."""
+        crashed or superseded writers left, uncommitted versions once their lease expired
+        (`sole_writer`: this process is the store's only writer, so every lease is a dead
+        process's). Returns the number of records removed."""
         async with self._lock:
-            return await self._versions.reconcile(grace_seconds)
+            return await self._versions.reconcile(sole_writer=sole_writer)
+
+
+def refuse_hidden(current: Mapping[int, DocumentEntry], groups: frozenset[str] | None) -> None:
+    """A caller restricted to `groups` may not replace a document it cannot see."""
+    for index, entry in current.items():
+        if not document_visible(entry.metadata, groups):
+            raise PermissionDenied(
+                f'documents[{index}]: permission "write" on this document is not granted to '
+                "this key"
+            )
 
 
 def _unchanged_report(entry: DocumentEntry) -> IngestedDocument:

@@ -5,7 +5,8 @@ of the three levels in pieces as they embed, then the COMMITTED record, which is
 new version becomes current — and only then removes older versions. A delete commits a
 TOMBSTONE version first. Readers see current versions only, so a crash at any instant leaves
 the previous version intact or the new one complete; `reconcile` removes what a crash left
-behind. Each step is a named checkpoint (`CRASH_POINTS`) where tests stop the writer."""
+behind, an uncommitted version once its writer's lease (`leases.py`) expired. Each step is a
+named checkpoint (`CRASH_POINTS`) where tests stop the writer."""
 
 from __future__ import annotations
 
@@ -24,14 +25,20 @@ from retrieval_service.core.documents import (
     DocKey,
     DocumentEntry,
     IngestedDocument,
-    RecordKey,
     current_of,
     new_version,
     record_key,
-    version_age_seconds,
+    version_time_ms,
 )
 from retrieval_service.core.embedding import normalise
 from retrieval_service.core.errors import STORE_FAILURES
+from retrieval_service.core.ingest.leases import (
+    AFTER_EVERY_LEASE,
+    Clock,
+    Lease,
+    orphans,
+    wall_clock_ms,
+)
 from retrieval_service.core.ingest.preparation import Prepared
 from retrieval_service.core.ports import ChunkRepository, DocumentRegistry, StoredChunk
 from retrieval_service.metrics import record_ingested
@@ -143,15 +150,6 @@ class Version:
         )
 
 
-def version_time_ms(version: str) -> int:
-    """The epoch milliseconds a version was started at (its timestamp prefix); 0 for an
-    unreadable one."""
-    try:
-        return int(version.split("-", 1)[0]) // 1_000_000
-    except ValueError:
-        return 0
-
-
 def stage(
     windows: list[Window], bm25_levels: frozenset[int] = frozenset(LEVELS)
 ) -> tuple[dict[int, list[StoredChunk]], list[Version]]:
@@ -178,33 +176,51 @@ def stage(
 class VersionProtocol:
     """The protocol's steps on the two store ports, each passing its checkpoints. The caller
     runs one step at a time per process (the ingestor's lock); across processes, versions
-    order the writers. Store failures arrive as `STORE_FAILURES`."""
+    order the writers. Store failures arrive as `STORE_FAILURES`. A write holds a `lease`
+    (INGEST_LEASE_SECONDS, `lease_seconds`) on its unfinished records while it runs."""
 
     def __init__(
-        self, chunks: ChunkRepository, registry: DocumentRegistry, checkpoint: Checkpoint
+        self,
+        chunks: ChunkRepository,
+        registry: DocumentRegistry,
+        checkpoint: Checkpoint,
+        *,
+        lease_seconds: float = 30.0,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self._chunks = chunks
         self._registry = registry
         self._checkpoint = checkpoint
+        self._lease_seconds = lease_seconds
+        self._clock = clock
 
-    async def begin(self, versions: list[Version]) -> None:
+    def lease(self) -> Lease:
+        """A new lease for one write (`Lease.stop` it when the write ends)."""
+        return Lease(self._registry, self._lease_seconds, self._clock)
+
+    async def begin(self, versions: list[Version], lease: Lease) -> None:
         """The PENDING records of every document of the request, in one upsert, before any of
         their rows: each names all rows its version will have, so reconciliation can always
-        find (and remove) the rows of a version that died."""
+        find (and remove) the rows of a version that died. `lease` holds them from then on."""
         records = await self._records_of([v.entry for v in versions])
         for v in versions:
             keys = (record_key(r) for r in records.get(v.entry.key, []))
             current = current_of(keys).get(v.entry.key)
             v.replaced = current is not None and current.state == COMMITTED
         await self._checkpoint("before_write")
-        await self._registry.put(*(v.entry for v in versions))
+        await lease.take(v.entry for v in versions)
         await self._checkpoint("after_intent")
 
-    async def commit(self, staged: dict[int, list[StoredChunk]], completed: list[Version]) -> None:
+    async def commit(
+        self, staged: dict[int, list[StoredChunk]], completed: list[Version], lease: Lease
+    ) -> None:
         """One write: the staged rows (several documents', one write per level), then the
         commit records of the documents they complete, in one upsert (each record commits its
-        own document: a crash between two leaves each document whole, old or new)."""
+        own document: a crash between two leaves each document whole, old or new). Nothing is
+        written once `lease` has lapsed (`LeaseLapsed`): another replica may be removing the
+        version."""
         try:
+            lease.check()
             for lvl in (3, 2, 1):  # leaves first: they are what the writer holds vectors for
                 if staged[lvl]:
                     await self._chunks.write_chunks(lvl, staged[lvl])
@@ -212,8 +228,11 @@ class VersionProtocol:
             if not completed:
                 return
             await self._checkpoint("before_commit")
-            committed = [replace(v.entry, state=COMMITTED) for v in completed]
-            await self._registry.put(*committed)  # the commit: these versions are current
+            committed = [replace(v.entry, state=COMMITTED, lease_expires_ms=0) for v in completed]
+            async with lease.lock:  # no renewal of these records after their commit
+                lease.check()
+                await self._registry.put(*committed)  # the commit: these versions are current
+                lease.drop(committed)
         except STORE_FAILURES:
             names = _named(c.document_id or c.record.filename for c in staged[3])
             log.error(
@@ -301,10 +320,19 @@ class VersionProtocol:
 
     async def delete(self, document_id: str, knowledge_base: str) -> int:
         """Deletes one document (a TOMBSTONE commit, then its older versions' rows and
-        records); returns the rows deleted, 0 for an unknown one."""
+        records); returns the rows deleted, 0 for an unknown one. The tombstone holds a lease
+        while the delete runs."""
         current = await self._registry.get(document_id, knowledge_base)
         if current is None:
             return 0
+        lease = self.lease()
+        try:
+            return await self._delete(current, lease)
+        finally:
+            await lease.stop()
+
+    async def _delete(self, current: DocumentEntry, lease: Lease) -> int:
+        document_id, knowledge_base = current.document_id, current.knowledge_base
         tombstone = DocumentEntry(
             current.filename,
             "",
@@ -316,7 +344,7 @@ class VersionProtocol:
             document_id=document_id,
         )
         await self._checkpoint("delete_before_commit")
-        await self._registry.put(tombstone)  # the commit: from here on the document is gone
+        await lease.take([tombstone])  # the commit: from here on the document is gone
         await self._checkpoint("delete_after_commit")
         records = await self._registry.records(document_id, knowledge_base)
         older = [r for r in records if r.state != PENDING and r.version < tombstone.version]
@@ -345,33 +373,14 @@ class VersionProtocol:
         await self._checkpoint("kb_delete_after_cleanup")
         return deleted
 
-    async def reconcile(self, grace_seconds: float | None) -> int:
-        """Removes what crashed or superseded writers left: records (and their rows) older
-        than their document's current version, pending versions older than `grace_seconds`
-        and tombstones older than it. `None` means this process is the store's only writer
-        (embedded Milvus Lite at start-up): every pending version is dead. On a shared
-        server the grace keeps another replica's in-flight ingest alive; it must exceed the
-        longest ingest. Returns the number of records removed; seals when it removed any."""
+    async def reconcile(self, *, sole_writer: bool = False) -> int:
+        """Removes what crashed or superseded writers left (`leases.orphaned`): records (and
+        their rows) older than their document's current version, uncommitted versions whose
+        lease expired, tombstones whose lease expired. `sole_writer`: this process is the
+        store's only writer (embedded Milvus Lite at start-up), so every lease in the store is
+        a dead process's. Returns the number of records removed; seals when it removed any."""
         keys = await self._registry.scan()
-        current = current_of(keys)
-        now = new_version()
-
-        def expired(key: RecordKey) -> bool:
-            if grace_seconds is None:
-                return True
-            return version_age_seconds(key.version, int(now.split("-")[0])) > grace_seconds
-
-        stale = []
-        for key in keys:
-            live = current.get(key.key)
-            superseded = live is not None and key.version < live.version
-            if key.state == PENDING:
-                # One older than the current version can never become current; a newer
-                # one is dead only once older than the grace.
-                if superseded or expired(key):
-                    stale.append(key)
-            elif superseded or (key.state == TOMBSTONE and expired(key)):
-                stale.append(key)
+        stale = orphans(keys, AFTER_EVERY_LEASE if sole_writer else self._clock())
         if not stale:
             return 0
         entries = await self._registry.full(stale)
