@@ -3,6 +3,7 @@ carries, its validation when it comes back, the merged question q*, and the stat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -125,13 +126,41 @@ class ResumeSnapshot:
         }
 
 
+#: A reply that picks an option by its place rather than naming it: "2", "#2", "option 2",
+#: "no. 2", "B", "the second (one)", "the last", "第二个" (docs/trace.md#the-resume-snapshot).
+CHOICE = (
+    r"(?:(?:option\s*|#\s*|no\.?\s*)?(?P<number>\d{1,2})|(?P<letter>[A-Ha-h])|"
+    r"(?:the\s+)?(?P<ordinal>first|second|third|fourth|fifth|last)(?:\s+one)?|"
+    r"第(?P<zh>[一二三四五六七八\d])(?:个|项|种|份)?)"
+)
+_CHOICE_REPLY = re.compile(rf"^\s*{CHOICE}\s*$", re.IGNORECASE)
+#: Letters and digits that continue a Latin word: a reply found next to one is inside it.
+_WORD_CHAR = "0-9A-Za-z\u00c0-\u024f"
+
+
+def is_choice(reply: str) -> bool:
+    """Whether `reply` picks an option by its place (see CHOICE)."""
+    return _CHOICE_REPLY.match(reply) is not None
+
+
+def already_asked(question: str, answer: str) -> bool:
+    """Whether the reply is already part of the question: found there as written (letters in
+    any case), not inside a longer word ("Pro" is not in "product", "2" not in "25", "b" not
+    in "bakery"). Chinese has no word breaks, so a Chinese reply is looked for as it is."""
+    before = rf"(?<![{_WORD_CHAR}])" if re.match(rf"[{_WORD_CHAR}]", answer) else ""
+    after = rf"(?![{_WORD_CHAR}])" if re.search(rf"[{_WORD_CHAR}]$", answer) else ""
+    return re.search(before + re.escape(answer) + after, question, re.IGNORECASE) is not None
+
+
 def refined_question(question: str, user_answer: str) -> str:
     """q* (docs/trace.md#the-resume-snapshot): "{answer}：{question}" with a full-width colon,
-    unless the (stripped) answer is empty or already contained in the question."""
+    unless the (stripped) answer is empty or already part of the question (`already_asked`).
+    A reply choosing an option by its place ("2", "B", "第二个") is always kept: it names no
+    part of the question, even where the question holds the same characters ("Kestrel 2")."""
     answer = user_answer.strip()
     if not question:
         return answer
-    if not answer or answer in question:
+    if not answer or (not is_choice(answer) and already_asked(question, answer)):
         return question
     return f"{answer}：{question}"
 

@@ -45,6 +45,7 @@ from orchestrator_service.models.local.text import (
     segment,
     sub_headings,
 )
+from orchestrator_service.resume import CHOICE, already_asked
 from shared.lang import is_chinese
 from shared.trace_fields import Ambiguity, Answerability, Relevance, Route
 
@@ -202,12 +203,7 @@ def grade(
 
 #: A resumed question "{answer}：{question}" whose answer picks an option by its place:
 #: "2", "#2", "the second", "第二个", "B".
-_CHOICE = re.compile(
-    r"^\s*(?:(?:option\s*|#\s*|no\.?\s*)?(?P<number>\d{1,2})|(?P<letter>[A-Ha-h])|"
-    r"(?:the\s+)?(?P<ordinal>first|second|third|fourth|fifth|last)(?:\s+one)?|"
-    r"第(?P<zh>[一二三四五六七八\d])(?:个|项|种|份)?)\s*[：:]\s*(?P<rest>.+)$",
-    re.IGNORECASE | re.DOTALL,
-)
+_CHOICE = re.compile(rf"^\s*{CHOICE}\s*[：:]\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
 _ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "last": -1}
 _ZH_DIGITS = "一二三四五六七八"
 
@@ -244,12 +240,19 @@ def options_for(question: str, docs: Sequence[Mapping[str, Any]]) -> list[str]:
 def pick_option(question: str, docs: Sequence[Mapping[str, Any]]) -> str:
     """A resume answer naming an option by its place ("2：What is the skill of this role?")
     becomes that option's name ("Navigator：What is the skill of this role?"), the options
-    found again over the same evidence; any other question is returned as it is."""
+    found again over the same evidence; a number that is part of exactly one option's name
+    ("2" of "Kestrel 2") picks that option. Any other question is returned as it is."""
     chosen = chosen_place(question)
     if chosen is None:
         return question
     place, rest = chosen
     options = options_for(rest, docs)
+    match = _CHOICE.match(question)
+    number = match["number"] if match else None
+    named = [option for option in options if number and already_asked(option, number)]
+    if len(named) == 1:
+        # "2" among "Kestrel 2" and "Kestrel 3" names an option rather than counts to one.
+        return f"{named[0]}：{rest}"
     if not options or not (place == -1 or 1 <= place <= len(options)):
         return question
     return f"{options[place - 1] if place > 0 else options[-1]}：{rest}"
