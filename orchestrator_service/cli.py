@@ -209,9 +209,9 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dict[str, Any]:
     addr = args.addr or f"localhost:{settings.orchestrator_port}"
-    metadata = (
-        (("authorization", f"Bearer {settings.auth_token}"),) if settings.auth_token else None
-    )
+    # The caller's API key (docs/api.md#api-keys): SUPERMEW_API_KEY, else AUTH_TOKEN.
+    key = os.environ.get("SUPERMEW_API_KEY") or settings.auth_token
+    metadata = (("authorization", f"Bearer {key}"),) if key else None
     steps_out = sys.stderr if args.json else sys.stdout
     credentials = credentials_from_arguments(args)
     channel = (

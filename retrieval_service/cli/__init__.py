@@ -7,8 +7,10 @@ Milvus Lite allows one process per data directory):
     python -m retrieval_service search QUERY [--kb ID]… [--filter EXPR] [--top-k N]
     python -m retrieval_service sync DIR --kb ID [--metadata K=V]… [--dry-run]
     python -m retrieval_service kb create|get|update|delete ID … · kb list
+    python -m retrieval_service keys new --id ID --role ROLE --kb ID… [--group G…]
 
-each with [--addr A] [--timeout S] [--json].
+each with [--addr A] [--timeout S] [--json] but `keys new`, which calls no server: it prints a
+fresh random key once and its AUTH_KEYS_FILE entry (docs/api.md#making-a-key).
 
 `ingest` takes files or folders (recursively) and sends one document per
 StreamIngestDocuments call, so a bad file fails alone and by name while the others land; a
@@ -30,7 +32,8 @@ failed) and a summary, and with `--dry-run` only says what it would do.
 Target: `--addr`, else RETRIEVAL_ADDR, else localhost:RETRIEVAL_PORT; `--json` prints the
 outcome as one JSON object (progress stays on stderr). TLS as the orchestrator reaches
 retrieval (RETRIEVAL_TLS_CA_FILE, and RETRIEVAL_TLS_CERT_FILE / RETRIEVAL_TLS_KEY_FILE for
-mTLS), or the flags `--tls-ca`, `--tls-cert`, `--tls-key` (`--tls`: the system's roots). An
+mTLS), or the flags `--tls-ca`, `--tls-cert`, `--tls-key` (`--tls`: the system's roots). The
+API key is SUPERMEW_API_KEY, else AUTH_TOKEN, sent as `authorization: Bearer <key>`. An
 error the service answers prints its status and message and exits 1."""
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from retrieval_service.cli.common import (
 )
 from retrieval_service.cli.documents import delete, ingest, list_documents
 from retrieval_service.cli.kb import kb_create, kb_delete, kb_get, kb_list, kb_update
+from retrieval_service.cli.keys import add_keys_parser
 from retrieval_service.cli.search import search
 from retrieval_service.cli.sync import sync
 
@@ -106,6 +110,7 @@ def build_parser(settings: CliSettings) -> argparse.ArgumentParser:
     p = command("delete", kb_delete, "delete a knowledge base", kb_sub)
     p.add_argument("id")
     p.add_argument("--force", action="store_true", help="also delete every document it holds")
+    add_keys_parser(sub)
     return parser
 
 
@@ -119,4 +124,6 @@ def main(argv: list[str]) -> int:
 def _main(argv: list[str]) -> int:
     settings = CliSettings()
     args = build_parser(settings).parse_args(argv)
+    if local := getattr(args, "local", None):  # a command that calls no server
+        return int(local(args))
     return call(settings, args)

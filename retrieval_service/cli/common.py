@@ -37,6 +37,7 @@ class CliSettings(BaseSettings):
 
     retrieval_addr: str | None = None
     retrieval_port: int = 50051
+    supermew_api_key: str | None = None
     auth_token: str | None = None
     retrieval_tls_ca_file: str | None = None
     retrieval_tls_cert_file: str | None = None
@@ -48,7 +49,9 @@ class CliSettings(BaseSettings):
 
     @property
     def metadata(self) -> Metadata:
-        return [("authorization", f"Bearer {self.auth_token}")] if self.auth_token else []
+        """The caller's key, SUPERMEW_API_KEY else AUTH_TOKEN, as a bearer header."""
+        key = self.supermew_api_key or self.auth_token
+        return [("authorization", f"Bearer {key}")] if key else []
 
 
 def kb_name(value: str) -> str:
