@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 #: the process die like `kill -9` (exit status 137, nothing flushed or closed) when a write
 #: reaches that point. The kill-anywhere test uses it to stop a real process at each step.
 CRASH_AT_ENV = "SUPERMEW_CRASH_AT"
+#: TEST HOOK, not a setting: `SUPERMEW_PAUSE_AT=<point>:<seconds>` makes a write wait that long
+#: each time it reaches that point (its lease renewed meanwhile), logging one WARNING line
+#: "TEST HOOK: pausing …" first. The lease test slows an ingest to several lease periods with
+#: it, and kills a process while it waits.
+PAUSE_AT_ENV = "SUPERMEW_PAUSE_AT"
 
 
 def crash_hook(point: str | None) -> Checkpoint:
@@ -40,13 +45,39 @@ def crash_hook(point: str | None) -> Checkpoint:
     return crash
 
 
+def pause_hook(spec: str | None, then: Checkpoint) -> Checkpoint:
+    """`then` (the crash hook), preceded by a pause at the point `spec` names, if any."""
+    import asyncio
+    import logging
+
+    from retrieval_service.core.ingest import CRASH_POINTS
+
+    if not spec:
+        return then
+    point, _, seconds = spec.partition(":")
+    try:
+        delay = float(seconds)
+    except ValueError:
+        delay = -1.0
+    if point not in CRASH_POINTS or delay < 0:
+        raise SystemExit(f"{PAUSE_AT_ENV}={spec!r} is not <one of CRASH_POINTS>:<seconds>")
+
+    async def pause(name: str) -> None:
+        if name == point:
+            logging.getLogger(__name__).warning("TEST HOOK: pausing %g s at %s", delay, name)
+            await asyncio.sleep(delay)
+        await then(name)
+
+    return pause
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv:
         from retrieval_service.cli import main as cli_main
 
         return cli_main(argv)
-    checkpoint = crash_hook(os.environ.get(CRASH_AT_ENV))
+    checkpoint = pause_hook(os.environ.get(PAUSE_AT_ENV), crash_hook(os.environ.get(CRASH_AT_ENV)))
     return run_service(
         "retrieval_service", RetrievalSettings, partial(_serve, checkpoint=checkpoint)
     )

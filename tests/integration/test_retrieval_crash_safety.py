@@ -6,7 +6,9 @@ previous version intact or the new one complete — never a mix — with the sto
 level equal to ListDocuments' counts and one registry record per document. Then the same on a
 shared `milvus-lite server`, and two replicas on one server: concurrent ingests of one
 filename end with exactly one complete version, and a replica never serves another replica's
-uncommitted rows.
+uncommitted rows. Leases (INGEST_LEASE_SECONDS): a replica killed mid re-ingest leaves no
+orphan row once the other replica's reconciliation finds its lease expired, and an ingest
+slowed to several lease periods completes whole while the other replica reconciles.
 
 A version's rows are written in pieces as its leaves embed, so NEW spans two embedding windows
 (the service's 32 leaves each): the `during_level_N` points kill the process with rows of that
@@ -19,6 +21,7 @@ import asyncio
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -31,8 +34,10 @@ import pytest
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.adapters.embedders import OpenAIEmbedder
-from retrieval_service.adapters.milvus.connection import StoreConfig
-from retrieval_service.core.documents import LEVELS, PENDING, TOMBSTONE
+from retrieval_service.adapters.milvus.chunk_store import ChunkStore
+from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig
+from retrieval_service.adapters.milvus.registry import DocumentRegistry
+from retrieval_service.core.documents import LEVELS, PENDING, TOMBSTONE, DocumentEntry, RecordKey
 from retrieval_service.core.ingest import CRASH_POINTS, KB_DELETE_CRASH_POINTS
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import (
@@ -68,6 +73,9 @@ NEW_WINS = {"after_commit", "during_cleanup", "after_cleanup"}
 # Where the new version's rows of one level are partly written.
 MID_LEVEL = {f"during_level_{lvl}": lvl for lvl in LEVELS}
 WINDOW = 32
+#: INGEST_LEASE_SECONDS of a writer the server tests kill: its dead write stays (lease live)
+#: long enough to be looked at, then expires.
+WRITER_LEASE = "10"
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +193,29 @@ async def pending_rows(svc: Service) -> dict[int, int]:
     assert [k.document_id for k in pending] == [DOC]
     rows = await rows_of(svc, DOC)
     return {lvl: sum(r["version"] == pending[0].version for r in rows[lvl]) for lvl in LEVELS}
+
+
+def store_config(uri: str, collection: str) -> StoreConfig:
+    return StoreConfig(uri=uri, token=None, collection=collection, dim=DIM, timeout_seconds=10)
+
+
+async def store_state(uri: str, collection: str) -> tuple[tuple[int, ...], list[RecordKey]]:
+    """The rows per level and the registry's records of a store on a server, read through
+    the adapters without starting a service (no reconciliation of its own)."""
+    milvus = MilvusStore(store_config(uri, collection))
+    try:
+        chunks = ChunkStore(milvus)
+        counts = tuple([await chunks.count(lvl) for lvl in LEVELS])
+        return counts, await DocumentRegistry(milvus).scan()
+    finally:
+        await milvus.aclose()
+
+
+async def until_leases_expire(uri: str, collection: str) -> None:
+    """Waits until no uncommitted version of the store holds a live lease."""
+    _, keys = await store_state(uri, collection)
+    last = max((k.lease_expires_ms for k in keys if k.state == PENDING), default=0)
+    await asyncio.sleep(max(0.0, last / 1000 - time.time()) + 0.2)
 
 
 @dataclass(frozen=True)
@@ -305,17 +336,23 @@ def shared_server() -> Iterator[LiteServer]:
 async def test_kill_anywhere_on_a_milvus_server(
     tmp_path, embedding_server, lite_template, shared_server, point
 ):
-    """On a server, start-up keeps pending versions younger than RECONCILE_GRACE_SECONDS (they
-    may be another replica's ingest in flight): restarted with grace 0 it removes them."""
+    """On a server, start-up keeps pending versions whose lease is live (they may be another
+    replica's ingest in flight): restarted once the dead writer's lease expired, it removes
+    them."""
     versions = lite_template[1]
     collection = f"kill_{CRASH_POINTS.index(point)}"
     uri = shared_server.uri
     async with restarted(embedding_server, uri, collection) as svc:
         assert (await seed_old(svc)).old == versions.old
-    env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
+    env = {
+        **embedding_env(embedding_server),
+        "MILVUS_URI": uri,
+        "MILVUS_COLLECTION": collection,
+        "INGEST_LEASE_SECONDS": WRITER_LEASE,
+    }
     await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
     if point in MID_LEVEL or point == "before_commit":
-        # Restarted with the default grace, the dead write is still there to look at.
+        # Restarted while the dead writer's lease runs, the dead write is still there to look at.
         async with restarted(embedding_server, uri, collection) as svc:
             written = await pending_rows(svc)
             assert (await svc.listing())[DOC] == versions.old
@@ -326,7 +363,8 @@ async def test_kill_anywhere_on_a_milvus_server(
             assert written == dict(zip(LEVELS, versions.new, strict=True))
         else:  # killed with rows of this level written and more to come
             assert 0 < written[lvl] < versions.new[lvl - 1], written
-    async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
+    await until_leases_expire(uri, collection)
+    async with restarted(embedding_server, uri, collection) as svc:
         assert await assert_whole(svc, versions) == expected(point)
 
 
@@ -350,12 +388,17 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
 
         await asyncio.to_thread(b.ingest, DOC, OLD)
         # A third replica dies with NEW (one window of it) written on every level but not committed:
-        # the live replicas never serve those rows, and their reconciliation (grace 1 h) keeps them.
+        # the live replicas never serve those rows, and reconciliation keeps them while the dead
+        # writer's lease runs.
         # (All of NEW's 50-odd pending leaves would fill the readers' recall for NEW_QUERY, which
         # then comes back empty: retrieval_service/README.md, "Readers".)
         short_new = NEW[: len(OLD) * 2 // 3]
         await asyncio.to_thread(
-            run_until_crash, tmp_path / "c.log", env, "before_commit", short_new
+            run_until_crash,
+            tmp_path / "c.log",
+            {**env, "INGEST_LEASE_SECONDS": WRITER_LEASE},
+            "before_commit",
+            short_new,
         )
         for replica in (a, b):
             texts = await asyncio.to_thread(replica.retrieve, NEW_QUERY)
@@ -365,9 +408,147 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
             pending = [k for k in await svc.app.registry.scan() if k.state == PENDING]
             assert len(pending) == 1
             assert sum(await svc.counts()) > sum(sum(c) for c in (await svc.listing()).values())
-        # Past the grace period, any replica's reconciliation removes them.
-        async with restarted(embedding_server, uri, collection, reconcile_grace_seconds=0) as svc:
+        # Once its lease expired, any replica's reconciliation removes them.
+        await until_leases_expire(uri, collection)
+        async with restarted(embedding_server, uri, collection) as svc:
             assert await assert_whole(svc, versions) == "old"
+    finally:
+        a.stop()
+        b.stop()
+
+
+# ---- leases: two replicas on one server ------------------------------------------------------
+
+LEASE = 2  # INGEST_LEASE_SECONDS of both replicas: renewed every 0.67 s, reconciled every 2 s
+
+
+def lease_env(server: EmbeddingsServer, uri: str, collection: str) -> dict[str, str]:
+    return {
+        **embedding_env(server),
+        "MILVUS_URI": uri,
+        "MILVUS_COLLECTION": collection,
+        "INGEST_LEASE_SECONDS": str(LEASE),
+    }
+
+
+async def until_paused(service: ServiceProcess, ingest: asyncio.Future[object]) -> None:
+    """Waits for the pause hook's line in the service's log (SUPERMEW_PAUSE_AT)."""
+    deadline = time.monotonic() + 60
+    while "TEST HOOK: pausing" not in service.log.read_text():
+        assert not ingest.done(), service.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, service.log.read_text()[-3000:]
+        await asyncio.sleep(0.1)
+
+
+def listed_totals(listing: dict[str, tuple[int, int, int]]) -> tuple[int, ...]:
+    return tuple(sum(c[i] for c in listing.values()) for i in range(3))
+
+
+@pytest.mark.slow
+async def test_a_replica_killed_mid_re_ingest_leaves_no_orphan_row(
+    tmp_path, embedding_server, lite_template, shared_server
+):
+    """kill -9 of one replica mid re-ingest: while it lives, the other replica's reconciliation
+    keeps its version (lease live); once dead, within 60 s (about two lease periods) the
+    store's rows per level equal ListDocuments' counts."""
+    versions = lite_template[1]
+    uri, collection = shared_server.uri, "lease_kill"
+    env = lease_env(embedding_server, uri, collection)
+    async with restarted(embedding_server, uri, collection) as svc:
+        await seed_old(svc)
+    a = await asyncio.to_thread(
+        ServiceProcess, tmp_path / "a.log", {**env, "SUPERMEW_PAUSE_AT": "during_level_2:600"}
+    )
+    b = await asyncio.to_thread(ServiceProcess, tmp_path / "b.log", env)
+    try:
+        ingest = asyncio.ensure_future(asyncio.to_thread(a.ingest, DOC, NEW))
+        await until_paused(a, ingest)
+        await asyncio.sleep(2 * LEASE)  # B reconciles meanwhile; A's lease is live
+        counts, keys = await store_state(uri, collection)
+        assert [k.document_id for k in keys if k.state == PENDING] == [DOC]
+        listing = await asyncio.to_thread(b.listing)
+        assert listing[DOC] == versions.old
+        assert counts[2] > listed_totals(listing)[2]  # NEW's leaves written so far are kept
+
+        a.proc.kill()  # kill -9, mid re-ingest
+        killed = time.monotonic()
+        with pytest.raises(grpc.RpcError):
+            await ingest
+        while True:
+            counts, keys = await store_state(uri, collection)
+            listing = await asyncio.to_thread(b.listing)
+            if counts == listed_totals(listing) and all(k.state != PENDING for k in keys):
+                break
+            assert time.monotonic() - killed < 60, (counts, listing, keys)
+            await asyncio.sleep(0.5)
+        assert listing[DOC] == versions.old
+        texts = await asyncio.to_thread(b.retrieve, OLD_QUERY)
+        assert texts and all("glacier" not in t for t in texts)
+        assert "reconciliation removed 1 stale document versions" in b.log.read_text()
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.mark.slow
+async def test_an_ingest_of_three_lease_periods_completes_while_another_replica_reconciles(
+    tmp_path, embedding_server, lite_template, shared_server
+):
+    """A replace that waits 3.5 lease periods with all its rows written but not committed
+    completes whole, while the other replica's reconciliation runs (it removes a dead writer's
+    record planted meanwhile) and never touches the live version."""
+    versions = lite_template[1]
+    uri, collection = shared_server.uri, "lease_slow"
+    env = lease_env(embedding_server, uri, collection)
+    async with restarted(embedding_server, uri, collection) as svc:
+        await seed_old(svc)
+    pause = 3.5 * LEASE
+    a = await asyncio.to_thread(
+        ServiceProcess, tmp_path / "a.log", {**env, "SUPERMEW_PAUSE_AT": f"before_commit:{pause}"}
+    )
+    b = await asyncio.to_thread(ServiceProcess, tmp_path / "b.log", env)
+    try:
+        started = time.monotonic()
+        ingest = asyncio.ensure_future(asyncio.to_thread(a.ingest, DOC, NEW))
+        await until_paused(a, ingest)
+        # A writer that died 1,000 s ago (its lease long expired): B's next pass removes it.
+        dead = (time.time_ns() - 1_000 * 10**9) // 10**6
+        ghost = DocumentEntry(
+            "ghost.md",
+            "Text",
+            1,
+            {"0": [1, 1, 1]},
+            f"{dead * 10**6:020d}-0badc0de",
+            PENDING,
+            lease_expires_ms=dead + LEASE * 1000,
+        )
+        milvus = MilvusStore(store_config(uri, collection))
+        try:
+            await DocumentRegistry(milvus).put(ghost)
+        finally:
+            await milvus.aclose()
+        while any(k.document_id == "ghost.md" for k in (await store_state(uri, collection))[1]):
+            assert not ingest.done(), "B did not reconcile while A's ingest ran"
+            assert time.monotonic() - started < 60
+            await asyncio.sleep(0.3)
+        assert not ingest.done()
+
+        reply = await ingest
+        took = time.monotonic() - started
+        assert took >= 3 * LEASE, took
+        [report] = reply.documents
+        assert report.replaced and (report.l1_chunks, report.l2_chunks, report.l3_chunks) == (
+            versions.new
+        )
+        listing = await asyncio.to_thread(b.listing)
+        assert listing[DOC] == versions.new
+        counts, keys = await store_state(uri, collection)
+        assert counts == listed_totals(listing)
+        assert sorted(k.document_id for k in keys) == sorted(listing)
+        texts = await asyncio.to_thread(b.retrieve, NEW_QUERY)
+        assert any("glacier" in t for t in texts) and not any("lighthouse" in t for t in texts)
+        log = a.log.read_text()
+        assert "renewing the lease" not in log and "lapsed" not in log
     finally:
         a.stop()
         b.stop()
