@@ -17,6 +17,11 @@ from orchestrator_service.nodes.classify import (
     prepare_sub_questions,
     route_after_classify,
 )
+from orchestrator_service.nodes.condense import (
+    condense_question,
+    route_at_resume,
+    route_at_start,
+)
 from orchestrator_service.nodes.grade import grade_documents, route_after_grade
 from orchestrator_service.nodes.retrieve import (
     retrieve_initial,
@@ -50,9 +55,11 @@ def build_graphs() -> Graphs:
 
 
 def build_rag_graph() -> RagGraph:
-    """classify → simple: retrieve → grade → (rewrite → re-retrieve → grade) → end;
-    complex: plan → Send fan-out to sub-agents (retrieve + grade each) → synthesis → end."""
+    """(condense, with a history) → classify → simple: retrieve → grade → (rewrite →
+    re-retrieve → grade) → end; complex: plan → Send fan-out to sub-agents (retrieve + grade
+    each) → synthesis → end."""
     g = StateGraph(RagState, context_schema=RunContext)
+    g.add_node("condense_question", timed_node("condense_question", condense_question))
     g.add_node("classify_complexity", timed_node("classify_complexity", classify_complexity))
     g.add_node("retrieve_initial", timed_node("retrieve_initial", retrieve_initial))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
@@ -62,7 +69,8 @@ def build_rag_graph() -> RagGraph:
     g.add_node("rag_sub_agent", timed_node("rag_sub_agent", rag_sub_agent))
     g.add_node("synthesis", timed_node("synthesis", synthesis))
 
-    g.add_edge(START, "classify_complexity")
+    g.add_conditional_edges(START, route_at_start, ["condense_question", "classify_complexity"])
+    g.add_edge("condense_question", "classify_complexity")
     g.add_conditional_edges(
         "classify_complexity", route_after_classify, ["retrieve_initial", "prepare_sub_questions"]
     )
@@ -79,12 +87,15 @@ def build_rag_graph() -> RagGraph:
 
 
 def build_resume_graph() -> RagGraph:
-    """H1–H2: targeted retrieval with q*, one grading, end. No classification, fan-out,
-    synthesis or rewrite: a rewrite verdict is returned as `needs_rewrite`."""
+    """(condense, with a history) → H1–H2: targeted retrieval with q*, one grading, end. No
+    classification, fan-out, synthesis or rewrite: a rewrite verdict is returned as
+    `needs_rewrite`."""
     g = StateGraph(RagState, context_schema=RunContext)
+    g.add_node("condense_question", timed_node("condense_question", condense_question))
     g.add_node("retrieve_resume_query", timed_node("retrieve_resume_query", retrieve_resume_query))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
-    g.add_edge(START, "retrieve_resume_query")
+    g.add_conditional_edges(START, route_at_resume, ["condense_question", "retrieve_resume_query"])
+    g.add_edge("condense_question", "retrieve_resume_query")
     g.add_edge("retrieve_resume_query", "grade_documents")
     g.add_edge("grade_documents", END)
     return g.compile(name="rag_resume")

@@ -14,12 +14,15 @@ from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import Counter, Histogram
 
+from orchestrator_service.conversation import Turn
 from orchestrator_service.models.base import (
     TASK_ANSWER,
     TASK_COMPLEXITY,
+    TASK_CONDENSE,
     TASK_GRADE,
     TASK_REWRITE,
     ComplexityResult,
+    CondensedQuestion,
     EvidenceGrade,
     ModelClient,
     RewritePlan,
@@ -181,6 +184,13 @@ class InstrumentedModelClient:
     ) -> RewritePlan:
         return await self._observe(
             TASK_REWRITE, self.inner.rewrite_query(question, docs, timeout=timeout)
+        )
+
+    async def condense_question(
+        self, question: str, history: Sequence[Turn], *, timeout: float | None = None
+    ) -> CondensedQuestion:
+        return await self._observe(
+            TASK_CONDENSE, self.inner.condense_question(question, history, timeout=timeout)
         )
 
     async def stream_answer(

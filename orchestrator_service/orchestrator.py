@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from orchestrator_service.answer import (
     join_note,
     partial_note,
 )
+from orchestrator_service.conversation import Turn, check_history
 from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
@@ -82,6 +83,9 @@ class RunOutcome:
     hitl_resume_state: dict[str, Any] | None
     #: Set only when an answer was asked for and the route is answer.
     answer: Answer | None = None
+    #: What was retrieved, graded and answered for when the request had a history; "" when
+    #: it had none (then `question` was).
+    standalone_question: str = ""
 
 
 class Orchestrator:
@@ -115,18 +119,25 @@ class Orchestrator:
         *,
         generate_answer: bool = False,
         scope: RetrievalScope = UNSCOPED,
+        history: Sequence[Turn] = (),
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
         answer_sink: AnswerSink = _discard,
     ) -> RunOutcome:
         """The full graph for a new question. `timeout`: seconds left of the caller's deadline.
         With `generate_answer`, an answer route also gets its answer, each piece passed to
-        `answer_sink` as it is written. Every retrieval of the run searches `scope`."""
+        `answer_sink` as it is written. Every retrieval of the run searches `scope`. With a
+        `history` (earlier turns, oldest first) the question is first condensed to stand alone
+        (docs/api.md#conversations)."""
         self._check_text("question", question)
         check_scope(scope)
+        check_history(history, self._max_chars)
         record_question(question)
         ctx = self._context(steps_sink, timeout, scope)
-        final = await self._graph.ainvoke(initial_state(question), context=ctx)
+        state = initial_state(question)
+        if history:
+            state["history"] = list(history)
+        final = await self._graph.ainvoke(state, context=ctx)
         return await self._finish(final, ctx, generate_answer, answer_sink)
 
     async def resume(
@@ -136,17 +147,22 @@ class Orchestrator:
         *,
         generate_answer: bool = False,
         scope: RetrievalScope = UNSCOPED,
+        history: Sequence[Turn] = (),
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
         answer_sink: AnswerSink = _discard,
     ) -> RunOutcome:
         """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading; then the
         answer as for `run`. `scope` is not in the snapshot: the caller sends the run's
-        knowledge bases and filter again, as it sends `generate_answer`."""
+        knowledge bases and filter again, as it sends `generate_answer` and `history` (with
+        which q* is condensed before the retrieval, as in `run`)."""
         snapshot = ResumeSnapshot.from_mapping(resume_state)
         self._check_text("user_answer", user_answer)
         check_scope(scope)
+        check_history(history, self._max_chars)
         state = state_from_resume(snapshot, user_answer)
+        if history:
+            state["history"] = list(history)
         self._check_text("question", state["question"])
         record_question(state["question"])
         metrics.record_resume()
@@ -200,7 +216,7 @@ class Orchestrator:
         try:
             async with asyncio.timeout(left):
                 async for piece in self.model.stream_answer(
-                    outcome.question,
+                    outcome.standalone_question or outcome.question,
                     docs,
                     missing_slots=[*missing_slots, *unanswered],
                     timeout=left,
@@ -240,14 +256,24 @@ def _outcome(state: Mapping[str, Any]) -> RunOutcome:
     route, status = str(state.get("route") or ""), str(state.get("retrieval_status") or "")
     metrics.record_run(route, status)
     annotate(route=route, retrieval_status=status, docs=len(state.get("docs") or ()))
+    history = state.get("history") or ()
+    trace = state.get("rag_trace")
+    if history and trace is not None:
+        # Group J (docs/trace.md#conversations); a None condense_error is dropped as absent.
+        trace = {
+            **trace,
+            "history_turns": len(history),
+            "condense_error": state.get("condense_error"),
+        }
     return RunOutcome(
-        question=state["question"],
+        question=state.get("asked_question") or state["question"],
         route=route,
         retrieval_status=status,
         docs=state.get("docs") or [],
         context=state.get("context") or "",
-        rag_trace=normalize_rag_trace(state.get("rag_trace")),
+        rag_trace=normalize_rag_trace(trace),
         hitl_resume_state=ResumeSnapshot.from_state(state).to_dict()
         if is_hitl(route, status)
         else None,
+        standalone_question=state["question"] if history else "",
     )

@@ -13,6 +13,7 @@ import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
 
 from orchestrator_service.answer import Answer
+from orchestrator_service.conversation import Turn
 from orchestrator_service.orchestrator import Orchestrator, RunOutcome
 from orchestrator_service.runtime import RetrievalScope
 from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, in_english
@@ -32,6 +33,7 @@ def result_to_proto(outcome: RunOutcome) -> orchestrator_pb2.RunResult:
         retrieval_status=outcome.retrieval_status,
         docs=[chunk_to_proto(d) for d in outcome.docs],
         context=outcome.context,
+        standalone_question=outcome.standalone_question,
     )
     if outcome.rag_trace is not None:
         result.rag_trace.CopyFrom(rag_trace_to_proto(outcome.rag_trace))
@@ -85,6 +87,12 @@ def _scope(request: orchestrator_pb2.RunRequest | orchestrator_pb2.ResumeRequest
     return RetrievalScope(tuple(request.knowledge_bases), request.filter)
 
 
+def _history(
+    request: orchestrator_pb2.RunRequest | orchestrator_pb2.ResumeRequest,
+) -> tuple[Turn, ...]:
+    return tuple(Turn(turn.question, turn.answer) for turn in request.history)
+
+
 class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
     def __init__(self, core: Orchestrator) -> None:
         self._core = core
@@ -96,6 +104,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
             request.question,
             generate_answer=request.generate_answer,
             scope=_scope(request),
+            history=_history(request),
             timeout=_time_left(context),
         )
         return result_to_proto(outcome)
@@ -108,6 +117,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
             request.user_answer,
             generate_answer=request.generate_answer,
             scope=_scope(request),
+            history=_history(request),
             timeout=_time_left(context),
         )
         return result_to_proto(outcome)
@@ -121,6 +131,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
                 request.question,
                 generate_answer=request.generate_answer,
                 scope=scope,
+                history=_history(request),
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,
@@ -140,6 +151,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
                 request.user_answer,
                 generate_answer=request.generate_answer,
                 scope=scope,
+                history=_history(request),
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, TypedDict
 
+from orchestrator_service.conversation import Turn
+
 
 class RagState(TypedDict, total=False):
     question: str
@@ -38,6 +40,12 @@ class RagState(TypedDict, total=False):
     rag_step_group: str | None
     rag_step_group_label: str | None
     sub_index: int | None
+    # A conversation (docs/trace.md#conversations): the request's earlier turns, the caller's
+    # own words once `question` holds the standalone question, and why a condensation fell
+    # back. Absent without a history, so such a run's state is exactly today's.
+    history: list[Turn]
+    asked_question: str | None
+    condense_error: str | None
 
 
 def initial_state(

@@ -122,6 +122,10 @@ RESUME = ("▶️", "收到 HITL 补充，继续原 RAG 流程")
 RESUME_RETRIEVE = ("🔎", "使用 HITL 补充进行针对性检索")
 RESUME_LEVELS = ("🧱", "HITL 三级分块检索")
 SYNTHESIS_DONE_EMPTY = ("⛔", "所有子问题都没有可用证据")
+CONDENSE = ("💬", "正在结合对话历史理解问题...")
+CONDENSE_DONE = ("✅", "已改写为独立问题")
+CONDENSE_UNCHANGED = ("✅", "问题本身完整，无需改写")
+CONDENSE_FALLBACK = ("⚠️", "改写结果无效，沿用原问题")
 
 METHOD_LABELS: dict[RewriteMethod, str] = {
     RewriteMethod.STEP_BACK: "Step-back",
@@ -145,6 +149,10 @@ def auto_merge_detail(meta: dict) -> str:
         f"应用: {bool(meta.get('auto_merge_applied'))}，"
         f"替换片段: {meta.get('auto_merge_replaced_chunks') or 0}"
     )
+
+
+def history_detail(turns: int) -> str:
+    return f"对话历史 {turns} 轮"
 
 
 def mode_detail(meta: dict) -> str:
@@ -177,6 +185,10 @@ EN_TEXTS: dict[str, str] = {
     RESUME_RETRIEVE[1]: "Targeted retrieval with the user's answer",
     RESUME_LEVELS[1]: "HITL three-level chunk retrieval",
     SYNTHESIS_DONE_EMPTY[1]: "No sub-question found usable evidence",
+    CONDENSE[1]: "Reading the question with the conversation so far...",
+    CONDENSE_DONE[1]: "Rewritten as a standalone question",
+    CONDENSE_UNCHANGED[1]: "The question stands alone, unchanged",
+    CONDENSE_FALLBACK[1]: "The rewrite was unusable, keeping the question as asked",
     "初始检索": "initial retrieval",
     "跳过复杂度判断与子问题分解": "complexity check and decomposition skipped",
     "本轮只执行这一种重写检索": "only this rewrite runs in this round",
@@ -202,6 +214,7 @@ EN_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^子问题 (\d+)$", r"Sub-question \1"),
         (r"^(.*) 已加入并行检索$", r"\1 added to the parallel retrieval"),
         (r"^理由: (.*)$", r"reason: \1"),
+        (r"^对话历史 (\d+) 轮$", r"\1 earlier turns"),
         (r"^置信度: (.*)$", r"confidence: \1"),
         (r"^模式: (.*)$", r"mode: \1"),
         (r"^叶子层 L(\d+) 召回，候选 (\d+)$", r"leaf level L\1 recall, \2 candidates"),

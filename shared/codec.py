@@ -141,7 +141,7 @@ _RETRIEVED_CHUNK_SETTERS: dict[str, _Setter] = {
 def rag_trace_to_proto(trace: Mapping[str, Any]) -> trace_pb2.RagTrace:
     """Encode a normalised trace. Every key present becomes a set field (lists as set wrappers,
     even when empty); a None value is treated as absent. Raises TraceFieldError on a key that is
-    not one of the 59 protocol fields or on a value the field cannot hold."""
+    not one of the 61 protocol fields or on a value the field cannot hold."""
     pb = trace_pb2.RagTrace()
     _fill(pb, trace, _TRACE_SETTERS, "RagTrace")
     return pb

@@ -150,7 +150,7 @@ def _f(
     return FieldSpec(name, kind, group, values or None)
 
 
-# The 59 protocol fields (docs/trace.md#fields), in RagTrace field-number order (1..59).
+# The 61 protocol fields (docs/trace.md#fields), in RagTrace field-number order (1..61).
 TRACE_FIELDS: tuple[FieldSpec, ...] = (
     # A · tool identity and stage
     _f("tool_used", "A", Kind.BOOL),
@@ -220,6 +220,9 @@ TRACE_FIELDS: tuple[FieldSpec, ...] = (
     _f("post_rerank_count", "I", Kind.INT),
     _f("post_threshold_count", "I", Kind.INT),
     _f("retrieval_empty", "I", Kind.BOOL),
+    # J · conversation: the question condensed against the caller's history
+    _f("history_turns", "J", Kind.INT),
+    _f("condense_error", "J", Kind.STR),
 )
 
 TRACE_FIELD_BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in TRACE_FIELDS}

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator_service.conversation import Turn
 from shared.trace_fields import (
     MAX_SUB_QUESTIONS,
     Ambiguity,
@@ -25,6 +26,7 @@ from shared.trace_fields import (
 TASK_COMPLEXITY = "complexity_classification"
 TASK_GRADE = "evidence_grade"
 TASK_REWRITE = "query_rewrite"
+TASK_CONDENSE = "condense_question"
 #: The one free-text task: streamed, so it has no json_schema; the scripted test server
 #: recognises it by `stream: true`.
 TASK_ANSWER = "answer_generation"
@@ -65,6 +67,13 @@ class RewritePlan(_TaskOutput):
     hyde_document: str = Field("", max_length=1200)
 
 
+class CondensedQuestion(_TaskOutput):
+    """Output of `condense_question` (docs/api.md#conversations): the follow-up rewritten to
+    stand alone, or the question itself when it already does."""
+
+    standalone_question: str = Field(min_length=1, max_length=4000)
+
+
 class ModelClient(Protocol):
     """One method per model task. `docs` are runtime evidence records (the Chunk keys of
     docs/trace.md#evidence-records: filename, page_number, text, score, rerank_score, …) in ranking
@@ -89,6 +98,13 @@ class ModelClient(Protocol):
     async def rewrite_query(
         self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
     ) -> RewritePlan: ...
+
+    async def condense_question(
+        self, question: str, history: Sequence[Turn], *, timeout: float | None = None
+    ) -> CondensedQuestion:
+        """`condense_question`: `question` read after `history` (the earlier turns, oldest
+        first, never empty), rewritten to stand alone."""
+        ...
 
     #: Which model writes answers (`Answer.model`): ANSWER_MODEL's name, or "local".
     answer_model: str

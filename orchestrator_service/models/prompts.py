@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator_service.conversation import Turn
+
 COMPLEXITY_SYSTEM = """\
 You plan retrieval for a knowledge-base assistant. Decide whether the user's question is simple \
 or complex.
@@ -44,6 +46,15 @@ plausible answer-style passage to search with. It only aids retrieval: it is not
 must not invent citations.
 step_back_question at most 300 characters, hyde_document at most 1200."""
 
+CONDENSE_SYSTEM = """\
+You prepare a chat follow-up for retrieval from a knowledge base. Given the earlier turns of the \
+conversation (oldest first) and the user's new question, rewrite the new question so that it \
+stands alone: replace pronouns and demonstratives ("it", "they", "this plan", "它", "这个", \
+"那家") with what they refer to, and complete an elliptical question ("And the Basic one?", \
+"那标准版呢？", "What about in winter?") with what it asks about from the earlier turn. Keep \
+the user's language, intent and wording otherwise; add no facts from the answers beyond the \
+names needed. If the new question already stands alone or starts a new topic, return it \
+unchanged. Answer with standalone_question only."""
 
 ANSWER_SYSTEM = """\
 You answer the user's question for a knowledge-base assistant, using ONLY the numbered chunks \
@@ -73,6 +84,23 @@ def complexity_messages(question: str) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": COMPLEXITY_SYSTEM},
         {"role": "user", "content": _question_block(question)},
+    ]
+
+
+def _history_block(history: Sequence[Turn]) -> str:
+    turns = [
+        f'<turn index="{i}">\n<user>\n{t.question}\n</user>\n'
+        f"<assistant>\n{t.answer}\n</assistant>\n</turn>"
+        for i, t in enumerate(history, start=1)
+    ]
+    return "<history>\n" + "\n".join(turns) + "\n</history>"
+
+
+def condense_messages(question: str, history: Sequence[Turn]) -> list[dict[str, str]]:
+    """The earlier turns verbatim, oldest first, then the new question."""
+    return [
+        {"role": "system", "content": CONDENSE_SYSTEM},
+        {"role": "user", "content": f"{_history_block(history)}\n{_question_block(question)}"},
     ]
 
 

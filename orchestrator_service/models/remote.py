@@ -18,13 +18,16 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator_service.conversation import Turn
 from orchestrator_service.models import prompts
 from orchestrator_service.models.base import (
     TASK_ANSWER,
     TASK_COMPLEXITY,
+    TASK_CONDENSE,
     TASK_GRADE,
     TASK_REWRITE,
     ComplexityResult,
+    CondensedQuestion,
     EvidenceGrade,
     RewritePlan,
 )
@@ -110,9 +113,14 @@ def _check_rewrite(plan: RewritePlan) -> None:
         raise ValueError(f"{plan.method} needs exactly its own helper text")
 
 
+def _check_condensed(result: CondensedQuestion) -> None:
+    if not result.standalone_question.strip():
+        raise ValueError("the standalone question is blank")
+
+
 class RemoteModelClient:
-    """`ModelClient` over an OpenAI-compatible endpoint. FAST_MODEL serves classification and
-    rewrite, GRADE_MODEL grading, ANSWER_MODEL answers; all default to MODEL."""
+    """`ModelClient` over an OpenAI-compatible endpoint. FAST_MODEL serves classification,
+    condensation and rewrite, GRADE_MODEL grading, ANSWER_MODEL answers; all default to MODEL."""
 
     def __init__(
         self,
@@ -139,6 +147,7 @@ class RemoteModelClient:
             TASK_COMPLEXITY: strict_schema(ComplexityResult),
             TASK_GRADE: strict_schema(EvidenceGrade),
             TASK_REWRITE: strict_schema(RewritePlan),
+            TASK_CONDENSE: strict_schema(CondensedQuestion),
         }
 
     async def classify_complexity(
@@ -174,6 +183,18 @@ class RemoteModelClient:
             prompts.rewrite_messages(question, docs),
             RewritePlan,
             _check_rewrite,
+            timeout,
+        )
+
+    async def condense_question(
+        self, question: str, history: Sequence[Turn], *, timeout: float | None = None
+    ) -> CondensedQuestion:
+        return await self._call(
+            TASK_CONDENSE,
+            self.fast_model,
+            prompts.condense_messages(question, history),
+            CondensedQuestion,
+            _check_condensed,
             timeout,
         )
 

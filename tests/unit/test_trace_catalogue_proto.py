@@ -38,8 +38,8 @@ WRAPPERS = {
 
 
 def test_catalogue_counts() -> None:
-    assert len(TRACE_FIELDS) == len(set(TRACE_FIELD_NAMES)) == 59
-    assert len(SUB_TRACE_FIELD_NAMES) == 58 and "sub_traces" not in SUB_TRACE_FIELD_NAMES
+    assert len(TRACE_FIELDS) == len(set(TRACE_FIELD_NAMES)) == 61
+    assert len(SUB_TRACE_FIELD_NAMES) == 60 and "sub_traces" not in SUB_TRACE_FIELD_NAMES
     assert len(set(RETRIEVAL_META_FIELD_NAMES)) == 26
     assert {s.name for s in TRACE_FIELDS if s.group in "GHI"} == set(RETRIEVAL_META_FIELD_NAMES)
     assert len(set(GRADE_FIELD_NAMES)) == 10 and set(GRADE_FIELD_NAMES) <= set(TRACE_FIELD_NAMES)

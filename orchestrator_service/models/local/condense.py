@@ -1,0 +1,323 @@
+"""`condense_question` (LOCAL_MODEL.md §5): a follow-up rewritten to stand alone, by rules.
+
+The history is folded turn by turn (each earlier question made standalone against the one
+before), so the last one names what the conversation is about. Then, in the follow-up's
+language:
+
+- a pronoun or demonstrative ("it", "its", "they", "this plan", "它", "这个角色", "那家") with
+  no antecedent in the follow-up itself is replaced by the previous question's topic, its
+  entity (a named or determined noun phrase in English, the phrase before 的 or the leading
+  noun phrase in Chinese);
+- an ellipsis ("And the Basic one?", "What about in winter?", "那标准版呢？", "冬天呢？")
+  repeats the previous question with the new part: a condition (in winter, 冬天) is added to
+  it or replaces the one of the same kind; a name replaces the matching name ("Premium" →
+  "Basic", 专业版 → 标准版) or else the entity;
+- anything else is a new topic and is returned unchanged, as is a follow-up whose previous
+  question names no entity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator_service.conversation import Turn
+from orchestrator_service.models.local.text import EN_STOP_WORDS, segment, words
+from shared.lang import CJK_CHAR, is_chinese
+
+# ---- English ---------------------------------------------------------------------------------
+_TOKEN = re.compile(r"[A-Za-z0-9][\w.\-]*(?:'s)?|[^\w\s]")
+_DETERMINERS = frozenset({"the", "a", "an"})
+_WH = frozenset({"what", "how", "which", "who", "when", "where", "why", "whom", "whose"})
+_BE = frozenset({"is", "are", "was", "were"})
+_DO_MODAL = frozenset(
+    {"do", "does", "did", "can", "could", "should", "would", "will", "must", "may", "might"}
+)
+#: Nouns a demonstrative may come with ("this plan") when the entity does not hold them.
+EN_CATEGORY_NOUNS = words(
+    "one ones plan plans role roles character class tier option package service product policy "
+    "planet plant plants tea function method rule team"
+)
+_EN_PRONOUNS = {"it": "", "they": "", "them": "", "its": "'s", "their": "'s"}
+_EN_ELLIPSIS = re.compile(
+    r"^(?:(?:and|but|so)\s+)?(?:(?:what|how)\s+about|what\s+of|same\s+for)\s+(?P<x>.+)$"
+    r"|^and\s+(?P<y>.+)$",
+    re.IGNORECASE,
+)
+_PREPOSITIONS = words("in on at during for with without after before under over when if while from")
+_ENDING = "?？.!！。 "
+
+# ---- Chinese ---------------------------------------------------------------------------------
+#: Where a Chinese question's leading noun phrase (its entity) ends.
+ZH_ENTITY_ENDS = (
+    "的", "每", "多少", "多久", "多大", "几", "是", "有", "包含", "支持", "需要", "能", "会",
+    "可以", "适合", "要", "应该", "应当", "怎么", "如何", "什么", "哪", "提供", "保留", "用",
+    "在", "吗", "呢", "为", "对", "被", "最", "一般", "通常", "，", ",", "？", "?", "。",
+)  # fmt: skip
+_ZH_CATEGORY = "角色|人物|套餐|方案|版本|计划|政策|产品|服务|公司|茶|植物|行星|东西|规定"
+#: A demonstrative with the noun it may carry: 这个(角色), 那家, 该(套餐); a bare 这 / 那
+#: only with a noun (这套餐), since alone they open many sentences (那么, 这样).
+_ZH_DEMONSTRATIVE = re.compile(
+    rf"(?:这个|那个|这款|那款|这家|那家|这种|那种|这位|那位|(?<!应)该|(?<![因如])此)(?:{_ZH_CATEGORY})?"
+    rf"|[这那](?:{_ZH_CATEGORY})"
+)
+_ZH_PRONOUN = re.compile(r"它们|他们|她们|它|(?<!其)他|她")
+_ZH_LEAD = re.compile(r"^(?:那么|那(?![个家款种位些])|还有|而|再问一下|请问)")
+_ZH_CONDITION_WORDS = (
+    "春天", "夏天", "秋天", "冬天", "春季", "夏季", "秋季", "冬季", "早上", "上午", "中午",
+    "下午", "晚上", "夜里", "白天", "睡前", "周末", "工作日", "节假日", "假期",
+)  # fmt: skip
+_ZH_QUESTION_WORDS = ("什么", "多少", "多久", "怎么", "如何", "哪", "吗", "几", "为什么", "是否")
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    start: int
+    end: int
+    text: str
+
+
+def condense(question: str, history: Sequence[Turn]) -> str:
+    """`question` made standalone against `history` (oldest first), or `question` itself."""
+    previous: str | None = None
+    for turn in history:
+        if turn.question.strip():
+            previous = turn.question if previous is None else follow_up(turn.question, previous)
+    if previous is None:
+        return question
+    return follow_up(question, previous)
+
+
+def follow_up(question: str, previous: str) -> str:
+    """`question` read right after the standalone `previous` question."""
+    text = question.strip()
+    if not text:
+        return question
+    if is_chinese(text):
+        return _zh_follow_up(text, previous) or question
+    return _en_follow_up(text, previous) or question
+
+
+# ---- English ---------------------------------------------------------------------------------
+
+
+def _en_follow_up(text: str, previous: str) -> str | None:
+    ellipsis = _EN_ELLIPSIS.match(text.rstrip(_ENDING))
+    if ellipsis:
+        part = (ellipsis.group("x") or ellipsis.group("y") or "").strip()
+        words = [w.lower() for w in _words(part)]
+        if part and len(words) <= 6 and not (set(words) & (_WH | _BE | _DO_MODAL)):
+            return _en_ellipsis(part, previous)
+    return _en_pronouns(text, previous)
+
+
+def _words(text: str) -> list[str]:
+    return [t for t in _TOKEN.findall(text) if t[0].isalnum()]
+
+
+def _is_name(token: str, index: int) -> bool:
+    """A capitalised word after the first (not "I"), or a code-like name (asyncio.gather)."""
+    if re.search(r"\w[._]\w", token):
+        return True
+    return index > 0 and token[0].isupper() and token != "I"
+
+
+def en_entity(question: str) -> str | None:
+    """The entity an English question is about: its first noun phrase holding a name, else
+    its subject (after the auxiliary), else its first determined noun phrase."""
+    tokens = _TOKEN.findall(question.strip())
+    lowered = [t.lower() for t in tokens]
+    aux = next((i for i, t in enumerate(lowered[:7]) if i > 0 and t in _BE | _DO_MODAL), None)
+    if aux == 1 and lowered[0] == "who":
+        aux = None  # "Who may work remotely?": the question word is the subject
+    after_do = aux is not None and lowered[aux] in _DO_MODAL
+
+    def phrase(start: int, *, subject: bool = False) -> _Span | None:
+        end = start
+        while end < len(tokens):
+            token, low = tokens[end], lowered[end]
+            if not token[0].isalnum() or (end > start and (low in EN_STOP_WORDS)):
+                break
+            if low.endswith("ly") and end > start:
+                break
+            end += 1
+            if token.endswith("'s"):
+                break
+        if end == start:
+            return None
+        if after_do and end >= len(tokens) - 1:
+            end -= 1  # "does the plan [cost]?": the main verb is not part of the subject
+        if (
+            subject
+            and after_do
+            and lowered[start] not in _DETERMINERS
+            and not any(_is_name(tokens[i], i) for i in range(start, end))
+        ):
+            end = min(end, start + 1)  # "can [employees] work remotely"
+        found = tokens[start:end]
+        if not found or all(w.lower() in _DETERMINERS for w in found):
+            return None
+        found[-1] = found[-1].removesuffix("'s")
+        if found[0].lower() in _DETERMINERS:
+            found[0] = found[0].lower()
+        return _Span(start, end, " ".join(found))
+
+    named: list[_Span] = []
+    determined: list[_Span] = []
+    i = 0
+    while i < len(tokens):
+        if lowered[i] in _DETERMINERS or (tokens[i][0].isalnum() and _is_name(tokens[i], i)):
+            span = phrase(i)
+            if span is not None:
+                if any(_is_name(tokens[j], j) for j in range(span.start, span.end)):
+                    named.append(span)
+                else:
+                    determined.append(span)
+                i = max(span.end, i + 1)
+                continue
+        i += 1
+    if named:
+        return named[0].text
+    if aux is not None and aux + 1 < len(tokens):
+        subject = phrase(aux + 1, subject=True)
+        if subject is not None and lowered[aux + 1] not in EN_STOP_WORDS - _DETERMINERS:
+            return subject.text
+    return determined[0].text if determined else None
+
+
+def _en_pronouns(text: str, previous: str) -> str | None:
+    entity = en_entity(previous)
+    if entity is None:
+        return None
+    tokens = _TOKEN.findall(text)
+    lowered = [t.lower() for t in tokens]
+    own = en_entity(text)
+    out: list[str] = []
+    changed = False
+    i = 0
+    while i < len(tokens):
+        low = lowered[i]
+        antecedent = own is not None and own.lower() in " ".join(lowered[:i])
+        if not antecedent and low in _EN_PRONOUNS:
+            out.append(entity + _EN_PRONOUNS[low])
+            changed = True
+            i += 1
+            continue
+        if not antecedent and low in {"this", "that", "these", "those"} and i + 1 < len(tokens):
+            noun = lowered[i + 1]
+            if noun in EN_CATEGORY_NOUNS or noun.removesuffix("'s") in entity.lower().split():
+                out.append(entity + ("'s" if noun.endswith("'s") else ""))
+                changed = True
+                i += 2
+                continue
+        out.append(tokens[i])
+        i += 1
+    return _en_join(out) if changed else None
+
+
+def _en_join(tokens: list[str]) -> str:
+    text = ""
+    for token in tokens:
+        if text and (token[0].isalnum() or token[0] in "(\"'"):
+            text += " "
+        text += token
+    text = re.sub(r"^(?:and|so|also|but),?\s+", "", text, flags=re.IGNORECASE)
+    return text[:1].upper() + text[1:]
+
+
+def _en_ellipsis(part: str, previous: str) -> str | None:
+    body = previous.strip().rstrip(_ENDING)
+    mark = "?"
+    words = _words(part)
+    if words and words[0].lower() in _PREPOSITIONS:
+        # A condition: it replaces one with the same preposition, else it is added.
+        same = re.search(rf"\b{re.escape(words[0])}\s+[^,;?]+$", body, re.IGNORECASE)
+        if same:
+            return f"{body[: same.start()]}{part}{mark}"
+        return f"{body} {part}{mark}"
+    entity = en_entity(previous)
+    if entity is None:
+        return None
+    names = [w for i, w in enumerate(_TOKEN.findall(part)) if _is_name(w, i + 1)]
+    entity_names = [w for i, w in enumerate(entity.split()) if _is_name(w, i + 1)]
+    if names and entity_names:
+        old = " ".join(entity_names)
+        new_entity = entity.replace(old, " ".join(names), 1)
+    else:
+        new_entity = part
+    if entity not in body:
+        return None
+    return body.replace(entity, new_entity, 1) + mark
+
+
+# ---- Chinese ---------------------------------------------------------------------------------
+
+
+def zh_entity(question: str) -> str | None:
+    """The entity a Chinese question is about: its leading noun phrase, up to 的 or the first
+    word that starts the predicate (每, 多少, 是, 支持, …); None when shorter than 2."""
+    text = _ZH_LEAD.sub("", question.strip())
+    for word in _ZH_CONDITION_WORDS:
+        text = text.removeprefix(word)
+    cut = len(text)
+    for marker in ZH_ENTITY_ENDS:
+        at = text.find(marker, 1)
+        if at != -1:
+            cut = min(cut, at)
+    entity = text[:cut].strip()
+    if len(entity) < 2 or _ZH_DEMONSTRATIVE.match(entity) or _ZH_PRONOUN.search(entity):
+        return None
+    return entity
+
+
+def _zh_follow_up(text: str, previous: str) -> str | None:
+    resolved = _zh_pronouns(text, previous)
+    if resolved is not None:
+        return resolved
+    bare = text.rstrip(_ENDING)
+    if bare.endswith("呢"):
+        part = _ZH_LEAD.sub("", bare[:-1]).removesuffix("的").strip()
+        if 0 < len(part) <= 10 and not any(w in part for w in _ZH_QUESTION_WORDS):
+            return _zh_ellipsis(part, previous)
+    return None
+
+
+def _zh_pronouns(text: str, previous: str) -> str | None:
+    body = _ZH_LEAD.sub("", text)
+    found = [m for m in (_ZH_PRONOUN.search(body), _ZH_DEMONSTRATIVE.search(body)) if m]
+    if not found:
+        return None
+    match = min(found, key=lambda m: m.start())
+    # An antecedent in the question itself ("KestrelDB是什么，它…") keeps the pronoun.
+    if re.search(r"[，,；;]", body[: match.start()]):
+        return None
+    entity = zh_entity(previous)
+    if entity is None:
+        return None
+    return body[: match.start()] + entity + body[match.end() :]
+
+
+def _zh_ellipsis(part: str, previous: str) -> str | None:
+    body = _ZH_LEAD.sub("", previous.strip())
+    if part in _ZH_CONDITION_WORDS or part.endswith(("时", "时候", "期间", "的话")):
+        for word in _ZH_CONDITION_WORDS:
+            if word in body:
+                return body.replace(word, part, 1)
+        return part + body
+    # A name of the same shape (标准版 for 专业版) replaces its counterpart …
+    head = part if len(part) <= 4 else segment(part)[0]
+    for i in range(len(body) - len(head) + 1):
+        span = body[i : i + len(head)]
+        if (
+            len(head) >= 2
+            and span != head
+            and span[-1] == head[-1]
+            and all(CJK_CHAR.match(c) for c in span)
+        ):
+            return body[:i] + head + body[i + len(head) :]
+    # … else the new name replaces the previous question's entity.
+    entity = zh_entity(body)
+    if entity is None or entity not in body:
+        return None
+    return body.replace(entity, part, 1)
