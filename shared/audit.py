@@ -280,7 +280,9 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):
         )
         self.sink.write(audit_line(entry))
 
-    def _begin(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def _begin(
+        self, method: str, request: Any, context: grpc.aio.ServicerContext
+    ) -> tuple[CallAudit, float | None]:
         # The peer is read while the call is live (see shared.observability._Call).
         left = context.time_remaining()
         deadline = None if left is None else time.monotonic() + left

@@ -1,10 +1,12 @@
 """The audit log (docs/api.md#audit-log) of the real retrieval service on Milvus Lite with
 AUDIT_LOG set to a file: one line per call (health excluded) with every field, the documents
-written, returned and deleted, a refused call's UNAUTHENTICATED line with no key id, never the
-token, and the query text only with AUDIT_LOG_QUERIES=true."""
+written, returned and deleted, refused calls (UNAUTHENTICATED with no key id, a reader's
+PERMISSION_DENIED with its key id), never a key, token or hash, and the query text only with
+AUDIT_LOG_QUERIES=true."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.integration]
 
 TOKEN = "audit-test-token-9f2c1d"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
+READER_KEY = "reader-key-5e7a0b"
 QUERY = "lighthouse keeper seagulls"
 FILTER = 'NOT filename = "bees.txt"'
 SEA = "The lighthouse keeper counts seagulls on the northern cliff every morning. " * 3
@@ -55,8 +58,17 @@ def document(filename: str, text: str, document_id: str = "") -> retrieval_pb2.S
 
 async def test_one_line_per_call_with_its_fields_and_no_key_material(tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
+    keys = tmp_path / "keys.yaml"
+    digest = hashlib.sha256(READER_KEY.encode()).hexdigest()
+    keys.write_text(
+        f"keys:\n- id: reader\n  sha256: {digest}\n  role: reader\n  knowledge_bases: ['*']\n"
+    )
     async with running_service(
-        tmp_path / "kb.db", embedder=HashingEmbedder(32), audit_log=str(audit), auth_token=TOKEN
+        tmp_path / "kb.db",
+        embedder=HashingEmbedder(32),
+        audit_log=str(audit),
+        auth_token=TOKEN,
+        auth_keys_file=str(keys),
     ) as svc:
         stub = svc.stub
         await stub.IngestDocuments(
@@ -87,13 +99,22 @@ async def test_one_line_per_call_with_its_fields_and_no_key_material(tmp_path: P
         with pytest.raises(grpc.aio.AioRpcError) as invalid:
             await stub.Retrieve(retrieval_pb2.RetrieveRequest(query=" "), metadata=AUTH)
         assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await stub.IngestDocuments(
+                retrieval_pb2.IngestDocumentsRequest(
+                    documents=[document("x.txt", BEES)], knowledge_base="team-b"
+                ),
+                metadata=(("authorization", f"Bearer {READER_KEY}"),),
+            )
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{svc.port}")
         async with channel:
             health = health_pb2_grpc.HealthStub(channel)
             await health.Check(health_pb2.HealthCheckRequest())
 
     written = audit.read_text(encoding="utf-8")
-    assert TOKEN not in written and "wrong-key" not in written and "Bearer" not in written
+    for secret in (TOKEN, READER_KEY, digest, "wrong-key", "Bearer"):
+        assert secret not in written
     assert QUERY not in written
     got = lines(audit)
     assert [(g["rpc"].removeprefix(RPC), g["code"]) for g in got] == [
@@ -104,16 +125,21 @@ async def test_one_line_per_call_with_its_fields_and_no_key_material(tmp_path: P
         ("DeleteDocuments", "OK"),
         ("Retrieve", "UNAUTHENTICATED"),
         ("Retrieve", "INVALID_ARGUMENT"),
+        ("IngestDocuments", "PERMISSION_DENIED"),
     ]
     for g in got:
         assert set(g) == FIELDS
         assert g["time"].endswith("Z") and g["peer"].startswith("ipv4:127.0.0.1:")
         assert g["request_id"]
-    ingest, stream, retrieve, listed, deleted, unauthenticated, invalid_line = got
+    ingest, stream, retrieve, listed, deleted, unauthenticated, invalid_line, denied_line = got
     assert ingest["request_id"] == "req-ingest"
     assert ingest["written"] == ["notes/sea", "bees.txt"]
     assert stream["written"] == ["more.txt"]
-    assert [g["key_id"] for g in got] == [AUTH_TOKEN_KEY_ID] * 5 + ["", AUTH_TOKEN_KEY_ID]
+    assert [g["key_id"] for g in got] == [AUTH_TOKEN_KEY_ID] * 5 + [
+        "",
+        AUTH_TOKEN_KEY_ID,
+        "reader",
+    ]
     assert retrieve["knowledge_bases"] == ["default"] and retrieve["filter"] == FILTER
     assert retrieve["returned"] == list(dict.fromkeys(c.document_id for c in reply.docs))
     assert retrieve["returned"]
@@ -122,6 +148,7 @@ async def test_one_line_per_call_with_its_fields_and_no_key_material(tmp_path: P
     assert unauthenticated["knowledge_bases"] == ["team-a"]
     assert unauthenticated["returned"] == []
     assert invalid_line["returned"] == []
+    assert denied_line["knowledge_bases"] == ["team-b"] and denied_line["written"] == []
 
 
 async def test_the_question_is_written_only_with_audit_log_queries(tmp_path: Path) -> None:
