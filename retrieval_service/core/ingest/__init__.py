@@ -1,7 +1,7 @@
 """Ingestion, split by job: request checks (`validation`), parsing into three chunk levels
 (`preparation`), flow control of the embed → write pipeline (`flow`), the crash-safe version
-protocol (`versions`, retrieval_service/README.md "Crash safety") and the `Ingestor` that runs
-them (`ingestor`)."""
+protocol (`versions`, retrieval_service/README.md "Crash safety"), writers' leases and the
+reconciliation rule (`leases`) and the `Ingestor` that runs them (`ingestor`)."""
 
 from retrieval_service.core.documents import IngestedDocument
 from retrieval_service.core.ingest.flow import IngestEvent, IngestProgress, IngestResult
