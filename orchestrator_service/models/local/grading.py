@@ -356,12 +356,10 @@ def missing_slot(
     kind = referenced_kind(question, chinese=chinese)
     if not kind:
         return None
-    lowered_kind = kind.lower()
     candidates: list[str] = []
     for chunk in window:
         for heading, body in sub_headings(chunk.text):
-            mentions_kind = lowered_kind in body.lower() or lowered_kind in heading.lower()
-            if mentions_kind and heading not in candidates:
+            if heading not in candidates and names_one_of_kind(heading, body, kind):
                 candidates.append(heading)
     if len(candidates) < 2:
         return None
@@ -369,6 +367,39 @@ def missing_slot(
     if any(candidate.lower() in lowered_question for candidate in candidates):
         return None
     return kind, candidates
+
+
+#: What says a section is one thing of a kind: "The Navigator is a support role",
+#: "丹瑾是治疗角色" (the heading, a copula, then the kind, in one sentence).
+_EN_COPULA = r"[^.!?;\n]*?\b(?:is|are|was|were)\s+(?:a|an|one|the)\b[^.!?;\n]*?"
+_ZH_COPULA = r"[^。！？；\n]*?(?:是|为|属于)[^。！？；\n]*?"
+#: "Plan A", "Team 2", "方案一": the kind followed by an identifier.
+_IDENTIFIER = r"(?:\s+(?-i:[A-Z])|\s*\d{1,4}|\s*[一二三四五六七八九十]{1,2})"
+
+
+def names_one_of_kind(heading: str, body: str, kind: str) -> bool:
+    """Whether a section is one thing of `kind` ("role", "角色") rather than a part of the
+    document (Overview, Battery, 充电, which every manual's sections are): its heading ends
+    with the kind ("Orion Basic plan", "基础套餐") or is the kind and an identifier ("Plan A",
+    "方案一"), or its text puts the kind after the heading ("the Kestrel 3 drone") or says the
+    heading is one ("The Navigator is a support role", "丹瑾是治疗角色"). The options of a
+    clarify are things, never a document's sections."""
+    name, noun = heading.strip().strip("*").strip(), re.escape(kind)
+    if is_chinese(kind):
+        if (name.endswith(kind) and len(name) > len(kind)) or re.fullmatch(
+            noun + _IDENTIFIER, name
+        ):
+            return True
+        named = re.escape(name)
+        return re.search(f"{named}{noun}|{named}{_ZH_COPULA}{noun}", body) is not None
+    plural = rf"{noun}(?:s|es)?"
+    if re.search(rf"\S\s+{plural}$", name, re.IGNORECASE) or re.fullmatch(
+        plural + _IDENTIFIER, name, re.IGNORECASE
+    ):
+        return True
+    named = rf"\b{re.escape(name)}\b"
+    said = rf"{named}\s+{plural}\b|{named}{_EN_COPULA}\b{plural}\b"
+    return re.search(said, body, re.IGNORECASE) is not None
 
 
 def referenced_kind(question: str, *, chinese: bool) -> str:
