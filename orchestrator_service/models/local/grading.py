@@ -15,8 +15,8 @@ Signals, all computed over the leading chunks (the window) in ranking order:
 |                         | and the score signal is ok                                            |
 | relevance weak          | otherwise, when the window covers ≥ 1/3 of the terms                  |
 | relevance none          | otherwise                                                             |
-| missing_slot            | "这个角色" / "this role": the evidence names ≥ 2 sections of that  |
-|                         | kind and the question names none of them                              |
+| missing_slot            | "这个角色" / "this role": the evidence has ≥ 2 sections that are each |
+|                         | one thing of that kind (names_one_of_kind), none named by the question |
 | multiple_candidates     | ≥ 2 documents in the window each cover every term (≥ 2 terms), under   |
 |                         | different titles the question does not name                           |
 """
