@@ -20,6 +20,8 @@ STAGES = ("embed", "recall", "merge", "rerank")
 #: `outcome` of the rerank step: the endpoint's reply was used, or why it was not.
 RERANK_OUTCOMES = ("applied", "http_error", "timeout", "empty", "off")
 LEVELS = ("1", "2", "3")
+#: `state` of a document version reconciliation removed.
+RECLAIMED_STATES = ("pending", "committed", "tombstone")
 
 RETRIEVE = Counter(
     "supermew_retrieve_total",
@@ -54,6 +56,13 @@ INGESTED_CHUNKS = Counter(
     "supermew_ingested_chunks_total",
     "Chunks written, by chunk level (1 = largest, 3 = leaf).",
     ("level",),
+    registry=REGISTRY,
+)
+RECLAIMED_VERSIONS = Counter(
+    "supermew_reclaimed_versions_total",
+    "Document versions reconciliation removed, by record state (pending = an uncommitted "
+    "version whose writer's lease expired).",
+    ("state",),
     registry=REGISTRY,
 )
 EMBEDDING_DURATION = Histogram(
@@ -91,6 +100,12 @@ def record_ingested(l1_chunks: int, l2_chunks: int, l3_chunks: int) -> None:
     INGESTED_DOCUMENTS.inc()
     for level, count in (("1", l1_chunks), ("2", l2_chunks), ("3", l3_chunks)):
         INGESTED_CHUNKS.labels(level).inc(count)
+
+
+def record_reclaimed(state: str, count: int) -> None:
+    """`count` versions in `state` (one of RECLAIMED_STATES) removed by reconciliation."""
+    if count > 0:
+        RECLAIMED_VERSIONS.labels(bounded(state, RECLAIMED_STATES)).inc(count)
 
 
 _CLIENT_MODULE = "pymilvus.milvus_client.milvus_client"

@@ -27,6 +27,7 @@ from retrieval_service.core.ingest import (
     no_checkpoint,
 )
 from retrieval_service.core.ingest.leases import Clock, wall_clock_ms
+from retrieval_service.metrics import REGISTRY
 from shared.errors import InvalidArgument
 from tests.fakes.hashing_embedder import HashingEmbedder
 from tests.fakes.in_memory_store import InMemoryChunkRepository, InMemoryDocumentRegistry
@@ -426,5 +427,11 @@ async def test_reconcile_keeps_a_pending_version_while_its_lease_is_live(world: 
     assert PENDING in {e.state for e in world.registry.entries() if e.filename == DOC}
     assert await world.registry.get(DOC) == old
     clock[0] = pending.lease_expires_ms
+    before = reclaimed("pending")
     assert await ingestor.reconcile() == 1
     await assert_only(world, DOC, old)
+    assert reclaimed("pending") == before + 1
+
+
+def reclaimed(state: str) -> float:
+    return REGISTRY.get_sample_value("supermew_reclaimed_versions_total", {"state": state}) or 0.0

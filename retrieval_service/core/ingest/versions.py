@@ -41,7 +41,7 @@ from retrieval_service.core.ingest.leases import (
 )
 from retrieval_service.core.ingest.preparation import Prepared
 from retrieval_service.core.ports import ChunkRepository, DocumentRegistry, StoredChunk
-from retrieval_service.metrics import record_ingested
+from retrieval_service.metrics import record_ingested, record_reclaimed
 
 log = logging.getLogger(__name__)
 
@@ -386,8 +386,13 @@ class VersionProtocol:
         entries = await self._registry.full(stale)
         await self.remove(entries, "reconcile")
         await self.seal()
+        for state, name in _STATE_NAMES.items():
+            record_reclaimed(name, sum(e.state == state for e in entries))
         log.info("reconciliation removed %d stale document versions", len(entries))
         return len(entries)
+
+
+_STATE_NAMES = {PENDING: "pending", COMMITTED: "committed", TOMBSTONE: "tombstone"}
 
 
 def _named(document_ids: Iterable[str], most: int = 5) -> str:
