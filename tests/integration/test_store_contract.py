@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -450,3 +450,25 @@ async def test_an_empty_registry(stores: Stores) -> None:
     assert (await reg.page(10)).entries == []
     assert (await reg.page(10)).next_page_token == ""
     assert await reg.full([]) == []
+
+
+async def test_a_writer_lease_round_trips(stores: Stores) -> None:
+    """An uncommitted record's lease comes back from a scan and a read (the Milvus registry
+    keeps it in the `ingest_time` column); a committed record has none and keeps its ingest
+    time."""
+    reg = stores.registry
+    started = 1_800_000_000_000
+    version = f"{started * 1_000_000:020d}-0000beef"
+    pending = replace(entry("a.txt", version, PENDING), ingest_time=started)
+    tombstone = DocumentEntry("b.txt", "", 0, {}, version, TOMBSTONE)
+    await reg.put(
+        replace(pending, lease_expires_ms=started + 30_000),
+        replace(tombstone, lease_expires_ms=started + 5_000),
+        replace(entry("c.txt", version, COMMITTED), ingest_time=started + 7),
+    )
+    leases = {k.document_id: k.lease_expires_ms for k in await reg.scan()}
+    assert leases == {"a.txt": started + 30_000, "b.txt": started + 5_000, "c.txt": 0}
+    [read] = await reg.records("a.txt")
+    assert read == replace(pending, lease_expires_ms=started + 30_000)
+    [committed] = await reg.records("c.txt")
+    assert (committed.ingest_time, committed.lease_expires_ms) == (started + 7, 0)

@@ -9,6 +9,7 @@ import asyncio
 import logging
 
 import pytest
+from pydantic import ValidationError
 
 from retrieval_service.core.documents import COMMITTED, PENDING, TOMBSTONE, DocumentEntry, RecordKey
 from retrieval_service.core.ingest.leases import (
@@ -20,6 +21,8 @@ from retrieval_service.core.ingest.leases import (
     orphaned,
     orphans,
 )
+from retrieval_service.settings import RetrievalSettings
+from shared.startup import describe_invalid_settings
 from tests.fakes.in_memory_store import InMemoryDocumentRegistry
 
 NOW = 1_800_000_000_000  # epoch ms
@@ -203,3 +206,28 @@ async def test_a_failed_renewal_is_reported_and_a_lapsed_lease_refuses_to_commit
             await lease.renew()
     finally:
         await lease.stop()
+
+
+# ---- settings -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-3", "soon"])
+def test_a_lease_below_one_second_fails_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("INGEST_LEASE_SECONDS", value)
+    with pytest.raises(ValidationError) as err:
+        RetrievalSettings()
+    assert describe_invalid_settings(err.value).startswith("invalid setting INGEST_LEASE_SECONDS:")
+
+
+def test_the_lease_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INGEST_LEASE_SECONDS", raising=False)
+    monkeypatch.delenv("RECONCILE_GRACE_SECONDS", raising=False)
+    assert RetrievalSettings().ingest_lease_seconds == 30
+    assert RetrievalSettings().reconcile_grace_seconds is None
+    monkeypatch.setenv("INGEST_LEASE_SECONDS", "1")
+    # The former grace is accepted whatever it holds (bootstrap warns about it once).
+    monkeypatch.setenv("RECONCILE_GRACE_SECONDS", "3600")
+    settings = RetrievalSettings()
+    assert (settings.ingest_lease_seconds, settings.reconcile_grace_seconds) == (1, "3600")
