@@ -286,6 +286,10 @@ def rewrite(method: str, text: str) -> dict[str, Any]:
     }
 
 
+def condense(standalone_question: str) -> dict[str, Any]:
+    return {"standalone_question": standalone_question}
+
+
 def _extra(reply: HttpError) -> str:
     """The extra header lines of an error reply."""
     return "" if reply.retry_after is None else f"Retry-After: {reply.retry_after:g}\r\n"

@@ -47,6 +47,7 @@ _EN_ELLIPSIS = re.compile(
 )
 _PREPOSITIONS = words("in on at during for with without after before under over when if while from")
 _ENDING = "?？.!！。 "
+_CLAUSE_BREAKS = frozenset({",", ";", "and", "but"})
 
 # ---- Chinese ---------------------------------------------------------------------------------
 #: Where a Chinese question's leading noun phrase (its entity) ends.
@@ -198,7 +199,10 @@ def _en_pronouns(text: str, previous: str) -> str | None:
     i = 0
     while i < len(tokens):
         low = lowered[i]
-        antecedent = own is not None and own.lower() in " ".join(lowered[:i])
+        # An antecedent in an earlier clause of the question itself ("What is asyncio and how
+        # is it used?") keeps the pronoun.
+        clause = max((j for j in range(i) if lowered[j] in _CLAUSE_BREAKS), default=-1)
+        antecedent = own is not None and own.lower() in " ".join(lowered[: max(clause, 0)])
         if not antecedent and low in _EN_PRONOUNS:
             out.append(entity + _EN_PRONOUNS[low])
             changed = True
