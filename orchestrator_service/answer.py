@@ -8,8 +8,8 @@ text into the `Answer` a caller receives. Pure: no model call, no I/O.
   holding the claim when the claim is copied from the doc, else the doc's sentence sharing most
   words (Latin) or character pairs (CJK) with the claim.
 - A partial answer ends with a sentence naming what the evidence lacks (the grade's
-  missing_slots) and the sub-questions of a compound question it does not answer, in the
-  question's language.
+  missing_slots) and the sub-questions of a compound question it does not answer or answers
+  only in part, in the question's language.
 """
 
 from __future__ import annotations
@@ -215,29 +215,42 @@ def build_citations(text: str, docs: Sequence[Mapping[str, Any]]) -> tuple[Citat
 
 
 def partial_note(
-    missing_slots: Iterable[str], *, chinese: bool, unanswered: Iterable[str] = ()
+    missing_slots: Iterable[str],
+    *,
+    chinese: bool,
+    unanswered: Iterable[str] = (),
+    incomplete: Iterable[str] = (),
 ) -> str:
     """The closing sentence of an answer from partial evidence, in the question's language:
-    what the evidence lacks (the grade's missing slots) and the sub-questions of a compound
-    question it does not answer, each quoted as it was asked."""
-    slots = _distinct(missing_slots)
-    questions = _distinct(unanswered)
+    what the evidence lacks (the grade's missing slots), the sub-questions of a compound
+    question it answers only in part (`incomplete`) and those it does not answer
+    (`unanswered`), each quoted as it was asked."""
+    slots, partly, questions = (
+        _distinct(missing_slots),
+        _distinct(incomplete),
+        _distinct(unanswered),
+    )
     if chinese:
         parts = ["注意：现有资料只能部分回答这个问题"]
         if slots:
             parts.append(f"缺少关于{'、'.join(slots)}的信息")
+        if partly:
+            parts.append(f"关于{'、'.join(f'“{q}”' for q in partly)}的信息不完整")
         if questions:
             asked = "、".join(f"“{q}”" for q in questions)
-            parts.append(f"{'也' if slots else ''}无法回答其中的{asked}")
+            parts.append(f"{'也' if len(parts) > 1 else ''}无法回答其中的{asked}")
         return "，".join(parts) + "。"
-    text = "Note: the evidence answers this question only in part"
+    clauses = []
     if slots:
-        text += f"; it says nothing about {', '.join(slots)}"
+        clauses.append(f"it says nothing about {', '.join(slots)}")
+    if partly:
+        clauses.append(f"its answer to {_en_list([f'“{q}”' for q in partly])} is incomplete")
     if questions:
-        asked = _en_list([f"“{q}”" for q in questions])
-        text += f"{', and' if slots else ';'} it does not answer {asked}"
-        return text if questions[-1][-1:] in "?!." else text + "."
-    return text + "."
+        clauses.append(f"it does not answer {_en_list([f'“{q}”' for q in questions])}")
+    text = "Note: the evidence answers this question only in part"
+    if clauses:
+        text += "; " + ", and ".join(clauses)
+    return text if questions and questions[-1][-1:] in "?!." else text + "."
 
 
 def _distinct(values: Iterable[str]) -> list[str]:

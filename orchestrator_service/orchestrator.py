@@ -27,7 +27,7 @@ from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
-from orchestrator_service.synthesis import unanswered_sub_questions
+from orchestrator_service.synthesis import MissingParts, missing_parts
 from shared.errors import DeadlineExceeded, InvalidArgument, ModelOutputInvalid
 from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
@@ -184,7 +184,7 @@ class Orchestrator:
         answer = await self._write_answer(
             outcome,
             _missing_slots(final),
-            unanswered_sub_questions(final.get("sub_results") or ()),
+            missing_parts(final.get("sub_results") or ()),
             ctx,
             answer_sink,
         )
@@ -194,16 +194,16 @@ class Orchestrator:
         self,
         outcome: RunOutcome,
         missing_slots: list[str],
-        unanswered: list[str],
+        parts: MissingParts,
         ctx: RunContext,
         answer_sink: AnswerSink,
     ) -> Answer:
         """`answer_generation` over the final docs, bounded by the caller's deadline as a
         whole (not per piece). Markers outside the docs never reach the sink. The answer is
-        partial for a `partial` status and when sub-questions found no answer (`unanswered`);
-        our note after the model's text names what is missing, whatever the model wrote."""
+        partial for a `partial` status and when sub-questions found no answer (`parts`); our
+        note after the model's text names what is missing, whatever the model wrote."""
         docs = outcome.docs
-        partial = outcome.retrieval_status == RetrievalStatus.PARTIAL or bool(unanswered)
+        partial = outcome.retrieval_status == RetrievalStatus.PARTIAL or bool(parts)
         markers = MarkerFilter(len(docs))
         written: list[str] = []
 
@@ -218,7 +218,7 @@ class Orchestrator:
                 async for piece in self.model.stream_answer(
                     outcome.standalone_question or outcome.question,
                     docs,
-                    missing_slots=[*missing_slots, *unanswered],
+                    missing_slots=[*missing_slots, *parts.incomplete, *parts.unanswered],
                     timeout=left,
                 ):
                     send(markers.feed(piece))
@@ -234,7 +234,8 @@ class Orchestrator:
                     partial_note(
                         missing_slots,
                         chinese=is_chinese(outcome.question),
-                        unanswered=unanswered,
+                        unanswered=parts.unanswered,
+                        incomplete=parts.incomplete,
                     ),
                 )
             )

@@ -5,6 +5,7 @@ terminal states. Pure: no model call, no I/O."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from shared.scores import fold_score
@@ -60,19 +61,44 @@ def dedupe_documents(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-def unanswered_sub_questions(sub_results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The sub-questions of a compound question that found no answer, in plan order: those
-    whose child was not accepted (`no_knowledge`, an HITL status) or brought no evidence.
+@dataclass(frozen=True, slots=True)
+class MissingParts:
+    """What of a compound question its answer cannot give, in plan order: `unanswered`, the
+    sub-questions whose child was not accepted (`no_knowledge`, an HITL status) or brought no
+    evidence; `incomplete`, those whose child was `partial` with no missing slot to name.
 
-    The parent's trace still follows the synthesis table (an `answerable` parent may have such
-    children); the answer written from it is partial and names them
+    The parent's trace still follows the synthesis table (an `answerable` parent may have
+    unanswered children); the answer written from it is partial and names them
     (docs/api.md#grounded-answers)."""
+
+    unanswered: tuple[str, ...] = ()
+    incomplete: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.unanswered or self.incomplete)
+
+
+def missing_parts(sub_results: Sequence[Mapping[str, Any]]) -> MissingParts:
+    """The `MissingParts` of a run's children (none for a simple question or a resume)."""
     ordered = sorted(sub_results, key=lambda r: r.get("index") or 0)
-    return _unique(
+    unanswered = _unique(
         str(r.get("question") or "").strip()
         for r in ordered
         if r.get("retrieval_status") not in ACCEPTED_STATUSES or not r.get("docs")
     )
+    incomplete = _unique(
+        str(r.get("question") or "").strip()
+        for r in ordered
+        if r.get("retrieval_status") == RetrievalStatus.PARTIAL
+        and r.get("docs")
+        and not any(str(s).strip() for s in (r.get("rag_trace") or {}).get("missing_slots") or ())
+    )
+    return MissingParts(tuple(unanswered), tuple(q for q in incomplete if q not in unanswered))
+
+
+def unanswered_sub_questions(sub_results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`MissingParts.unanswered` of the children, as a list."""
+    return list(missing_parts(sub_results).unanswered)
 
 
 def _unique(values: Iterable[str]) -> list[str]:

@@ -10,12 +10,21 @@ import pytest
 
 from orchestrator_service.answer import clean_markers, partial_note
 from orchestrator_service.models.local.answer import answer_pieces, asked_terms
-from orchestrator_service.synthesis import synthesize, unanswered_sub_questions
+from orchestrator_service.synthesis import (
+    MissingParts,
+    missing_parts,
+    synthesize,
+    unanswered_sub_questions,
+)
 from shared.normalize import normalize_sub_trace
 
 
 def child(
-    index: int, question: str, status: str, docs: list[dict[str, Any]] | None = None
+    index: int,
+    question: str,
+    status: str,
+    docs: list[dict[str, Any]] | None = None,
+    missing_slots: list[str] | None = None,
 ) -> dict[str, Any]:
     return {
         "index": index,
@@ -23,7 +32,7 @@ def child(
         "docs": docs or [],
         "retrieval_status": status,
         "route": {"answerable": "answer", "partial": "answer"}.get(status, status),
-        "rag_trace": None,
+        "rag_trace": None if missing_slots is None else {"missing_slots": missing_slots},
     }
 
 
@@ -63,6 +72,31 @@ DOC = {"chunk_id": "a", "filename": "a.md", "text": "t", "score": 0.5, "rrf_rank
 )
 def test_unanswered_sub_questions(children: list[dict[str, Any]], unanswered: list[str]) -> None:
     assert unanswered_sub_questions(children) == unanswered
+
+
+@pytest.mark.parametrize(
+    ("children", "parts"),
+    [
+        ([child(0, "A?", "answerable", [DOC])], MissingParts()),
+        # a partial child with no slot to name is named by its sub-question
+        (
+            [child(0, "A?", "answerable", [DOC]), child(1, "B?", "partial", [DOC])],
+            MissingParts(incomplete=("B?",)),
+        ),
+        (
+            [child(0, "A?", "partial", [DOC], [" "]), child(1, "B?", "no_knowledge")],
+            MissingParts(unanswered=("B?",), incomplete=("A?",)),
+        ),
+        # … one whose grade names what it lacks is not: the slots say it
+        (
+            [child(0, "A?", "answerable", [DOC]), child(1, "B?", "partial", [DOC], ["version"])],
+            MissingParts(),
+        ),
+    ],
+)
+def test_missing_parts(children: list[dict[str, Any]], parts: MissingParts) -> None:
+    assert missing_parts(children) == parts
+    assert bool(missing_parts(children)) is bool(parts.unanswered or parts.incomplete)
 
 
 def test_the_trace_keeps_the_synthesis_rule_when_a_part_is_unanswered() -> None:
@@ -135,6 +169,50 @@ def test_partial_note_names_slots_and_unanswered_parts(
     slots: list[str], unanswered: list[str], chinese: bool, note: str
 ) -> None:
     assert partial_note(slots, chinese=chinese, unanswered=unanswered) == note
+
+
+@pytest.mark.parametrize(
+    ("slots", "incomplete", "unanswered", "chinese", "note"),
+    [
+        (
+            [],
+            ["企业套餐每月多少钱？"],
+            [],
+            True,
+            "注意：现有资料只能部分回答这个问题，关于“企业套餐每月多少钱？”的信息不完整。",
+        ),
+        (
+            ["版本"],
+            ["A？"],
+            ["B？"],
+            True,
+            "注意：现有资料只能部分回答这个问题，缺少关于版本的信息，关于“A？”的信息不完整，"
+            "也无法回答其中的“B？”。",
+        ),
+        (
+            [],
+            ["How much is the Enterprise plan?"],
+            [],
+            False,
+            "Note: the evidence answers this question only in part; its answer to “How much is "
+            "the Enterprise plan?” is incomplete.",
+        ),
+        (
+            [],
+            ["A?"],
+            ["B?"],
+            False,
+            "Note: the evidence answers this question only in part; its answer to “A?” is "
+            "incomplete, and it does not answer “B?”",
+        ),
+    ],
+)
+def test_partial_note_names_incomplete_parts(
+    slots: list[str], incomplete: list[str], unanswered: list[str], chinese: bool, note: str
+) -> None:
+    assert (
+        partial_note(slots, chinese=chinese, unanswered=unanswered, incomplete=incomplete) == note
+    )
 
 
 @pytest.mark.parametrize(
