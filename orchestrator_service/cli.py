@@ -1,9 +1,15 @@
 """The command line of the orchestrator, calling its RPCs at localhost:ORCHESTRATOR_PORT:
 
     python -m orchestrator_service ask "问题" [--kb ID]... [--filter EXPR] [--stream] [--json]
-        [--no-answer]
+        [--no-answer] [--history FILE]
+    python -m orchestrator_service ask --chat ["first question"] [--history FILE] [options]
     python -m orchestrator_service resume --snapshot FILE --answer "补充" [--kb ID]...
-        [--filter EXPR] [--stream] [--json]
+        [--filter EXPR] [--stream] [--json] [--history FILE]
+
+`--history FILE` sends a conversation's earlier turns (a JSON list of {"question", "answer"},
+oldest first; docs/api.md#conversations), so a follow-up is condensed to stand alone. `ask
+--chat` is a prompt loop that keeps the history itself across the questions of one terminal
+session (the most recent turns within the server's limits); an empty line or Ctrl-D ends it.
 
 `--kb` (repeatable; an id or a full `knowledge_bases/{id}` name) and `--filter` (AIP-160,
 docs/api.md#filters) limit every retrieval of the run; a resume is given the same ones again.
@@ -30,6 +36,11 @@ from typing import Any, TextIO
 import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
+from orchestrator_service.conversation import (
+    Turn,
+    history_from_json,
+    recent_history,
+)
 from orchestrator_service.resume import ResumeSnapshot
 from orchestrator_service.settings import OrchestratorSettings
 from shared.codec import (
@@ -82,6 +93,7 @@ def result_to_dict(result: orchestrator_pb2.RunResult) -> dict[str, Any]:
         if result.HasField("hitl_resume_state")
         else None,
         "answer": answer_to_dict(result.answer) if result.HasField("answer") else None,
+        "standalone_question": result.standalone_question,
     }
 
 
@@ -94,6 +106,9 @@ def format_step(step: Any) -> str:
 def print_result(data: dict[str, Any], out: TextIO, *, all_evidence: bool = False) -> None:
     trace = data["rag_trace"] or {}
     print(f"question: {data['question']}", file=out)
+    standalone = data.get("standalone_question") or ""
+    if standalone and standalone != data["question"]:
+        print(f"searched: {standalone} (the question read with the conversation)", file=out)
     print(f"route:    {data['route']} ({data['retrieval_status']})", file=out)
     if trace.get("rewrite_method"):
         print(
@@ -169,6 +184,18 @@ def load_snapshot(path: str) -> ResumeSnapshot:
     return ResumeSnapshot.from_mapping(data)
 
 
+def load_history(path: str) -> tuple[Turn, ...]:
+    """The turns of a `--history` JSON file (- = stdin): a list of {question, answer}."""
+    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+    return history_from_json(json.loads(text))
+
+
+def _turns(history: tuple[Turn, ...] | list[Turn]) -> list[orchestrator_pb2.ConversationTurn]:
+    return [
+        orchestrator_pb2.ConversationTurn(question=t.question, answer=t.answer) for t in history
+    ]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m orchestrator_service")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -198,21 +225,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--addr", help="orchestrator address (default localhost:ORCHESTRATOR_PORT)")
     common.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
+    common.add_argument(
+        "--history",
+        metavar="FILE",
+        help='earlier turns of the conversation: JSON [{"question": …, "answer": …}] (- = stdin)',
+    )
     add_tls_arguments(common)
     ask = sub.add_parser("ask", parents=[common], help="run the workflow for a question")
-    ask.add_argument("question")
+    ask.add_argument("question", nargs="?", help="the question (with --chat: the first one)")
+    ask.add_argument(
+        "--chat",
+        action="store_true",
+        help="a prompt loop keeping the conversation's history across questions",
+    )
     resume = sub.add_parser("resume", parents=[common], help="answer an HITL follow-up")
     resume.add_argument("--snapshot", required=True, help="JSON file from `ask --json` (- = stdin)")
     resume.add_argument("--answer", required=True, help="the user's reply")
     return parser
 
 
-async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dict[str, Any]:
+async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dict[str, Any] | None:
     addr = args.addr or f"localhost:{settings.orchestrator_port}"
     # The caller's API key (docs/api.md#api-keys): SUPERMEW_API_KEY, else AUTH_TOKEN.
     key = os.environ.get("SUPERMEW_API_KEY") or settings.auth_token
     metadata = (("authorization", f"Bearer {key}"),) if key else None
-    steps_out = sys.stderr if args.json else sys.stdout
+    history = load_history(args.history) if args.history else ()
     credentials = credentials_from_arguments(args)
     channel = (
         grpc.aio.secure_channel(addr, credentials)
@@ -221,40 +258,95 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
     )
     async with channel:
         stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+        if args.command == "ask" and args.chat:
+            await _chat(stub, args, metadata, list(history))
+            return None
         if args.command == "ask":
-            request: Any = orchestrator_pb2.RunRequest(
-                question=args.question,
-                generate_answer=not args.no_answer,
-                knowledge_bases=args.kb,
-                filter=args.filter,
-            )
-            unary, stream = stub.Run, stub.StreamRun
+            if not args.question:
+                raise ValueError("ask needs a question (or --chat)")
+            return await _ask(stub, args, metadata, args.question, history)
+        request = orchestrator_pb2.ResumeRequest(
+            resume_state=hitl_state_to_proto(load_snapshot(args.snapshot).to_dict()),
+            user_answer=args.answer,
+            generate_answer=not args.no_answer,
+            knowledge_bases=args.kb,
+            filter=args.filter,
+            history=_turns(history),
+        )
+        return await _send(args, metadata, request, stub.Resume, stub.StreamResume)
+
+
+async def _ask(
+    stub: orchestrator_pb2_grpc.OrchestratorServiceStub,
+    args: argparse.Namespace,
+    metadata: Any,
+    question: str,
+    history: tuple[Turn, ...] | list[Turn],
+) -> dict[str, Any]:
+    request = orchestrator_pb2.RunRequest(
+        question=question,
+        generate_answer=not args.no_answer,
+        knowledge_bases=args.kb,
+        filter=args.filter,
+        history=_turns(history),
+    )
+    return await _send(args, metadata, request, stub.Run, stub.StreamRun)
+
+
+async def _chat(
+    stub: orchestrator_pb2_grpc.OrchestratorServiceStub,
+    args: argparse.Namespace,
+    metadata: Any,
+    history: list[Turn],
+) -> None:
+    """One question per line until an empty line, `exit` or Ctrl-D; each answered question
+    joins the history sent with the next (its answer text, "" without one). A refused or
+    failed question is reported and the loop goes on."""
+    print("chat: one question per line; an empty line or Ctrl-D ends", file=sys.stderr)
+    question: str | None = args.question
+    while True:
+        if not question:
+            try:
+                question = (await asyncio.to_thread(input, "you> ")).strip()
+            except EOFError:
+                return
+            if not question or question in {"exit", "quit"}:
+                return
+        try:
+            data = await _ask(stub, args, metadata, question, history)
+        except grpc.aio.AioRpcError as exc:
+            print(f"error: {exc.code().name}: {exc.details() or ''}", file=sys.stderr)
+            question = None
+            continue
+        _print(args, data)
+        history[:] = recent_history(
+            [*history, Turn(question, (data["answer"] or {}).get("text", ""))]
+        )
+        question = None
+
+
+async def _send(
+    args: argparse.Namespace, metadata: Any, request: Any, unary: Any, stream: Any
+) -> dict[str, Any]:
+    """One unary call, or one stream whose steps and answer pieces are printed live."""
+    steps_out = sys.stderr if args.json else sys.stdout
+    if not args.stream:
+        return result_to_dict(await unary(request, timeout=args.timeout, metadata=metadata))
+    events: AsyncIterator[Any] = stream(request, timeout=args.timeout, metadata=metadata)
+    answering = False
+    async for event in events:
+        kind = event.WhichOneof("event")
+        if kind == "step":
+            print(format_step(event.step), file=steps_out, flush=True)
+        elif kind == "answer_delta":
+            if not answering:
+                print("  ✍️  ", end="", file=steps_out)
+                answering = True
+            print(event.answer_delta.text, end="", file=steps_out, flush=True)
         else:
-            request = orchestrator_pb2.ResumeRequest(
-                resume_state=hitl_state_to_proto(load_snapshot(args.snapshot).to_dict()),
-                user_answer=args.answer,
-                generate_answer=not args.no_answer,
-                knowledge_bases=args.kb,
-                filter=args.filter,
-            )
-            unary, stream = stub.Resume, stub.StreamResume
-        if not args.stream:
-            return result_to_dict(await unary(request, timeout=args.timeout, metadata=metadata))
-        events: AsyncIterator[Any] = stream(request, timeout=args.timeout, metadata=metadata)
-        answering = False
-        async for event in events:
-            kind = event.WhichOneof("event")
-            if kind == "step":
-                print(format_step(event.step), file=steps_out, flush=True)
-            elif kind == "answer_delta":
-                if not answering:
-                    print("  ✍️  ", end="", file=steps_out)
-                    answering = True
-                print(event.answer_delta.text, end="", file=steps_out, flush=True)
-            else:
-                if answering:
-                    print(file=steps_out)
-                return result_to_dict(event.result)
+            if answering:
+                print(file=steps_out)
+            return result_to_dict(event.result)
     raise RuntimeError("the stream ended without a result")
 
 
@@ -283,8 +375,14 @@ def _main(argv: list[str] | None) -> int:
     except (OSError, ValueError, InvalidArgument, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if data is not None:
+        _print(args, data)
+    return 0
+
+
+def _print(args: argparse.Namespace, data: dict[str, Any]) -> None:
     if args.json:
-        print(json.dumps(data, ensure_ascii=False, indent=2))
+        print(json.dumps(data, ensure_ascii=False, indent=2), flush=True)
     else:
         print_result(data, sys.stdout, all_evidence=args.all_evidence)
-    return 0
+        sys.stdout.flush()

@@ -47,6 +47,19 @@ def check_history(history: Sequence[Turn], max_chars: int) -> None:
             check_text(f"{HISTORY_FIELD}[{index}].answer", turn.answer, MAX_HISTORY_BYTES)
 
 
+def recent_history(history: Sequence[Turn]) -> list[Turn]:
+    """The most recent turns that fit the limits (what a client keeping a conversation sends
+    next): the oldest ones are dropped first."""
+    kept: list[Turn] = []
+    size = 0
+    for turn in reversed(history):
+        size += len(turn.question.encode()) + len(turn.answer.encode())
+        if len(kept) == MAX_HISTORY_TURNS or size > MAX_HISTORY_BYTES:
+            break
+        kept.append(turn)
+    return kept[::-1]
+
+
 def history_from_json(data: Any) -> tuple[Turn, ...]:
     """Turns from JSON data: a list of {"question": …, "answer": …} objects (an `ask --json`
     result's question and answer text read the same way). ValueError names what is wrong."""
