@@ -2,17 +2,23 @@
 (`bench/sets/local_answers/`), through the real `Run` RPC on Milvus Lite with the built-in
 embedder, as `make run` serves it.
 
-The set: 14 documents of different shapes — Markdown handbooks and manuals with headings, two
+The set: 15 documents of different shapes — Markdown handbooks and manuals with headings, two
 FAQs, an HTML page, a GBK-encoded Chinese text file, two .docx files whose facts sit in a table
 (built here from `*.docx.json`), a two-page PDF report (built here from `*.pdf.json`), zh and
 en — and `questions.json`: each question with its expected route (`a|b` accepts either) and,
 for answers, the sentence (or table row, as the loader joins its cells) that supports it.
 About a quarter ask about an entity the corpus does not hold, or only a neighbour of it
 (team B beside team A, Kestrel 3 beside Kestrel 2, Orion Enterprise beside Basic and Pro).
+Compound questions carry `partial` (the expected `Answer.partial`) and `names` (the
+sub-question the answer must say it could not answer); questions about "this plan" or "the
+widget" carry `options`, the expected `hitl_options` (`[]`: a manual's sections are never
+options).
 
 Printed: route accuracy; answer accuracy (route `answer` and a citation's quote contains the
 supporting sentence); `no_knowledge` precision (of the questions routed `no_knowledge`, the share
-whose expected route allows it); and every miss."""
+whose expected route allows it); honest partials (of the compound questions, those whose answer
+is partial as expected and names the unanswered part); clarify options (of the questions with
+`options`, those offered exactly these); and every miss."""
 
 from __future__ import annotations
 
@@ -21,7 +27,9 @@ import io
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from supermew.v1 import orchestrator_pb2
 
@@ -29,6 +37,7 @@ from bench._local_stack import local_stack
 from bench._retrieval_rig import quiet
 from retrieval_service.bootstrap import RetrievalApp
 from retrieval_service.core.ingest.validation import SourceDocument
+from shared.codec import rag_trace_from_proto
 from tests.integration.retrieval_harness import make_pdf
 
 DATA = Path(__file__).resolve().parent / "sets" / "local_answers"
@@ -64,7 +73,7 @@ def documents() -> list[SourceDocument]:
     return found
 
 
-def questions() -> list[dict[str, str]]:
+def questions() -> list[dict[str, Any]]:
     return json.loads((DATA / "questions.json").read_text(encoding="utf-8"))
 
 
@@ -93,6 +102,23 @@ async def run() -> list[dict[str, object]]:
     return outcomes
 
 
+def partial_ok(o: dict[str, object]) -> bool:
+    """The answer is partial as expected and, when it must, names the unanswered part."""
+    result = o["result"]
+    if not result.HasField("answer"):  # type: ignore[attr-defined]
+        return False
+    answer = result.answer  # type: ignore[attr-defined]
+    return answer.partial == o["partial"] and str(o.get("names") or "") in answer.text
+
+
+def options_ok(o: dict[str, object]) -> bool:
+    return offered(o["result"]) == o["options"]  # type: ignore[arg-type]
+
+
+def offered(result: orchestrator_pb2.RunResult) -> list[str]:
+    return list(rag_trace_from_proto(result.rag_trace).get("hitl_options") or [])
+
+
 def score(outcomes: list[dict[str, object]]) -> dict[str, float]:
     def route_ok(o: dict[str, object]) -> bool:
         return o["result"].route in str(o["route"]).split("|")  # type: ignore[attr-defined]
@@ -109,7 +135,13 @@ def score(outcomes: list[dict[str, object]]) -> dict[str, float]:
         "no_knowledge precision": (
             sum("no_knowledge" in str(o["route"]) for o in nk) / len(nk) if nk else 0.0
         ),
+        "honest partials": _share(partial_ok, [o for o in outcomes if "partial" in o]),
+        "clarify options": _share(options_ok, [o for o in outcomes if "options" in o]),
     }
+
+
+def _share(ok: Callable[[dict[str, object]], bool], items: list[dict[str, object]]) -> float:
+    return sum(map(ok, items)) / len(items) if items else 0.0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,8 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     zh = sum(bool(re.search(r"[\u4e00-\u9fff]", q["question"])) for q in items)
     print(
         f"{len(documents())} documents, {len(items)} questions ({answers} answerable, "
-        f"{len(items) - answers} absent or near-miss; {zh} zh, {len(items) - zh} en), "
-        "one Run each with generate_answer"
+        f"{len(items) - answers} absent, near-miss or to clarify; {zh} zh, {len(items) - zh} "
+        f"en; {sum('partial' in q for q in items)} compound, "
+        f"{sum('options' in q for q in items)} with options), one Run each with generate_answer"
     )
     for name, value in score(outcomes).items():
         print(f"{name:<26}{value:.3f}")
@@ -136,10 +169,16 @@ def main(argv: list[str] | None = None) -> None:
         result = o["result"]
         ok_route = result.route in str(o["route"]).split("|")  # type: ignore[attr-defined]
         ok_answer = o["route"] != "answer" or supported(result, str(o["support"]))  # type: ignore[arg-type]
-        if ok_route and ok_answer:
+        ok_partial = "partial" not in o or partial_ok(o)
+        ok_options = "options" not in o or options_ok(o)
+        if ok_route and ok_answer and ok_partial and ok_options:
             continue
         text = _norm(result.answer.text)[:110] if result.HasField("answer") else ""  # type: ignore[attr-defined]
         why = "" if ok_route else f"  ({result.rag_trace.evidence_reason})"  # type: ignore[attr-defined]
+        if not ok_options:
+            why += f"  options {offered(result)}"  # type: ignore[arg-type]
+        if not ok_partial:
+            why += "  (partial: not as expected)"
         print(f"  [{o['route']} → {result.route}] {o['question']}  {text}{why}")  # type: ignore[attr-defined]
 
 
