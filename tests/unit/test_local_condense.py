@@ -15,6 +15,8 @@ PRONOUNS = [
      "How much does the Premium support plan cost?"),
     (["Which skill does the Lookout have?"], "What is its weapon?",
      "What is the Lookout's weapon?"),
+    (["Which skill does the Navigator have?", "What about the Quartermaster?"],
+     "What is his weapon?", "What is the Quartermaster's weapon?"),
     (["How much water do succulents need?"], "How much light do they need?",
      "How much light do succulents need?"),
     (["What does asyncio.wait_for do?"], "What does it raise when the timeout expires?",

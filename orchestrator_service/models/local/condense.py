@@ -39,7 +39,10 @@ EN_CATEGORY_NOUNS = words(
     "one ones plan plans role roles character class tier option package service product policy "
     "planet plant plants tea function method rule team"
 )
-_EN_PRONOUNS = {"it": "", "they": "", "them": "", "its": "'s", "their": "'s"}
+_EN_PRONOUNS = {
+    "it": "", "they": "", "them": "", "him": "", "its": "'s", "their": "'s", "his": "'s",
+    "her": "'s",
+}  # fmt: skip
 _EN_ELLIPSIS = re.compile(
     r"^(?:(?:and|but|so)\s+)?(?:(?:what|how)\s+about|what\s+of|same\s+for)\s+(?P<x>.+)$"
     r"|^and\s+(?P<y>.+)$",
