@@ -419,7 +419,7 @@ async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_templ
 
 # ---- leases: two replicas on one server ------------------------------------------------------
 
-LEASE = 2  # INGEST_LEASE_SECONDS of both replicas: renewed every 0.67 s, reconciled every 2 s
+LEASE = 3  # INGEST_LEASE_SECONDS of both replicas: renewed every second, reconciled every 3 s
 
 
 def lease_env(server: EmbeddingsServer, uri: str, collection: str) -> dict[str, str]:
@@ -506,8 +506,11 @@ async def test_an_ingest_of_three_lease_periods_completes_while_another_replica_
     a = await asyncio.to_thread(
         ServiceProcess, tmp_path / "a.log", {**env, "SUPERMEW_PAUSE_AT": f"before_commit:{pause}"}
     )
-    b = await asyncio.to_thread(ServiceProcess, tmp_path / "b.log", env)
+    # The grace that leases replaced: accepted, ignored, named in one warning line.
+    b_env = {**env, "RECONCILE_GRACE_SECONDS": "3600"}
+    b = await asyncio.to_thread(ServiceProcess, tmp_path / "b.log", b_env)
     try:
+        assert b.log.read_text().count("RECONCILE_GRACE_SECONDS is ignored") == 1
         started = time.monotonic()
         ingest = asyncio.ensure_future(asyncio.to_thread(a.ingest, DOC, NEW))
         await until_paused(a, ingest)
