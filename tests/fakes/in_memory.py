@@ -7,11 +7,14 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from orchestrator_service.conversation import Turn
 from orchestrator_service.models.base import (
     TASK_COMPLEXITY,
+    TASK_CONDENSE,
     TASK_GRADE,
     TASK_REWRITE,
     ComplexityResult,
+    CondensedQuestion,
     EvidenceGrade,
     RewritePlan,
 )
@@ -53,6 +56,9 @@ class InMemoryModel:
 
     async def rewrite_query(self, question: str, docs: Sequence[Any], *, timeout=None):
         return RewritePlan(**await self._reply(TASK_REWRITE, question))
+
+    async def condense_question(self, question: str, history: Sequence[Turn], *, timeout=None):
+        return CondensedQuestion(**await self._reply(TASK_CONDENSE, question))
 
     async def aclose(self) -> None:
         return None
