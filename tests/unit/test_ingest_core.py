@@ -8,6 +8,8 @@ socket."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -57,6 +59,7 @@ class World:
         checkpoint: Checkpoint = no_checkpoint,
         window: int = 4,
         clock: Clock = wall_clock_ms,
+        lease_seconds: float = 30.0,
     ) -> Ingestor:
         return Ingestor(
             self.chunks,
@@ -68,6 +71,7 @@ class World:
             window=window,
             checkpoint=checkpoint,
             clock=clock,
+            lease_seconds=lease_seconds,
         )
 
     def crashing_at(self, point: str) -> Ingestor:
@@ -431,6 +435,52 @@ async def test_reconcile_keeps_a_pending_version_while_its_lease_is_live(world: 
     assert await ingestor.reconcile() == 1
     await assert_only(world, DOC, old)
     assert reclaimed("pending") == before + 1
+
+
+async def test_an_ingest_of_several_lease_periods_outlives_another_replicas_reconciliation(
+    world: World,
+) -> None:
+    """A replace slowed to more than three lease periods keeps renewing its lease, so another
+    replica reconciling all the while never removes it; it commits whole."""
+    await prepared(world)
+    lease = 0.3
+
+    async def slow(name: str) -> None:
+        if name == "before_commit":  # every row written, none committed
+            await asyncio.sleep(3.5 * lease)
+
+    writer = world.ingestor(slow, lease_seconds=lease)
+    replica = world.ingestor(lease_seconds=lease)
+    before = reclaimed("pending")
+    started = time.monotonic()
+    task = asyncio.ensure_future(writer.ingest([md(DOC, NEW)]))
+    passes = 0
+    while not task.done():
+        await replica.reconcile()
+        passes += 1
+        await asyncio.sleep(lease / 4)
+    [report] = await task
+    assert time.monotonic() - started > 3 * lease and passes > 12
+    assert reclaimed("pending") == before
+    new = await world.registry.get(DOC)
+    assert new is not None and report.replaced
+    await assert_only(world, DOC, new)
+
+
+async def test_a_write_whose_lease_lapsed_commits_nothing(world: World) -> None:
+    """A writer that could not renew its lease in time (here: its clock jumps past it) fails
+    UNAVAILABLE before its commit; the previous version stays current and whole."""
+    old, _ = await prepared(world)
+    clock = [wall_clock_ms()]
+
+    async def stall(name: str) -> None:
+        if name == "during_level_3":
+            clock[0] += 3_600_000
+
+    with pytest.raises(StoreUnavailable, match="lease"):
+        await world.ingestor(stall, clock=lambda: clock[0]).ingest([md(DOC, NEW)])
+    assert [e.state for e in world.registry.entries() if e.filename == DOC] == [COMMITTED]
+    await assert_only(world, DOC, old)
 
 
 def reclaimed(state: str) -> float:
