@@ -161,7 +161,8 @@ class DocumentRegistry(Protocol):
         ...
 
     async def scan(self, knowledge_base: str | None = None) -> list[RecordKey]:
-        """The key of every record (of one knowledge base, or of all)."""
+        """The key of every record (of one knowledge base, or of all), with the lease an
+        uncommitted one holds (`RecordKey.lease_expires_ms`, kept as written by `put`)."""
         ...
 
     async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
