@@ -120,7 +120,8 @@ DocKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class RecordKey:
-    """What a registry scan reads of each record (no chunk counts)."""
+    """What a registry scan reads of each record (no chunk counts): its key, state and the
+    lease of an uncommitted one (`DocumentEntry.lease_expires_ms`)."""
 
     document_id: str
     version: str
