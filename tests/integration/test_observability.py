@@ -50,7 +50,7 @@ RETR = "supermew.v1.RetrievalService"
 GRAPH_NODES = {
     "classify_complexity", "retrieve_initial", "grade_documents", "rewrite_question",
     "retrieve_rewritten", "prepare_sub_questions", "rag_sub_agent", "synthesis",
-    "retrieve_resume_query",
+    "retrieve_resume_query", "condense_question",
 }  # fmt: skip
 #: Every label of every family of ours, and the values it may take.
 BOUNDED: dict[str, set[str]] = {
@@ -80,7 +80,8 @@ BOUNDED: dict[str, set[str]] = {
     "route": set(orchestrator_metrics.ROUTES) | {"other"},
     "retrieval_status": set(orchestrator_metrics.RETRIEVAL_STATUSES) | {"other"},
     "node": GRAPH_NODES,
-    "task": {"complexity_classification", "evidence_grade", "query_rewrite", "answer_generation"},
+    "task": {"complexity_classification", "evidence_grade", "query_rewrite", "answer_generation"}
+    | {"condense_question"},
     "outcome": set(orchestrator_metrics.MODEL_OUTCOMES) | set(retrieval_metrics.RERANK_OUTCOMES),
     "method": set(orchestrator_metrics.REWRITE_METHODS) | {"other"},
     "retrieval_mode": set(retrieval_metrics.RETRIEVAL_MODES) | {"other"},
