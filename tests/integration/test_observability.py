@@ -80,8 +80,13 @@ BOUNDED: dict[str, set[str]] = {
     "route": set(orchestrator_metrics.ROUTES) | {"other"},
     "retrieval_status": set(orchestrator_metrics.RETRIEVAL_STATUSES) | {"other"},
     "node": GRAPH_NODES,
-    "task": {"complexity_classification", "evidence_grade", "query_rewrite", "answer_generation"}
-    | {"condense_question"},
+    "task": {
+        "complexity_classification",
+        "evidence_grade",
+        "query_rewrite",
+        "answer_generation",
+        "condense_question",
+    },
     "outcome": set(orchestrator_metrics.MODEL_OUTCOMES) | set(retrieval_metrics.RERANK_OUTCOMES),
     "method": set(orchestrator_metrics.REWRITE_METHODS) | {"other"},
     "retrieval_mode": set(retrieval_metrics.RETRIEVAL_MODES) | {"other"},
