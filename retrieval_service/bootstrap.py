@@ -25,7 +25,7 @@ from retrieval_service.adapters.milvus.knowledge_bases import KnowledgeBaseStore
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.adapters.milvus.registry import DocumentRegistry
 from retrieval_service.adapters.milvus.schema import unanalysed_problem
-from retrieval_service.adapters.milvus.upgrade import upgrade_v2
+from retrieval_service.adapters.milvus.upgrade import upgrade_v2, upgrade_v3
 from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.documents import LEVELS
@@ -155,6 +155,7 @@ async def create_app(
         raise
     try:
         await milvus.ensure_collections()
+        await milvus.run(upgrade_v3, milvus)
         await milvus.run(upgrade_v2, milvus)
     except BaseException:
         await milvus.aclose()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from supermew.v1 import orchestrator_pb2, retrieval_pb2
 
-from retrieval_service.adapters.milvus.filters import acl_expr
+from retrieval_service.adapters.milvus.filters import acl_column, acl_expr
 from retrieval_service.core.identity import check_metadata
 from shared.access import (
     METHOD_PERMISSIONS,
@@ -123,16 +123,21 @@ def test_unrestricted_sees_everything() -> None:
     assert UNRESTRICTED.may_use("any") and UNRESTRICTED.has(Permission.MANAGE)
 
 
-def test_acl_expression() -> None:
+def test_acl_column_and_expression() -> None:
+    assert acl_column(None) == acl_column({"team": "x"}) == ""
+    assert acl_column({"acl": ["b", "a", "b"]}) == "|61|62|"
+    assert acl_column({"acl": []}) == "||"  # nobody's groups match
     assert acl_expr(None) is None
-    assert acl_expr(frozenset()) == 'not exists metadata["acl"]'
+    assert acl_expr(frozenset()) == 'acl == ""'
     assert acl_expr(frozenset({"b", "a"})) == (
-        'not exists metadata["acl"] or json_contains_any(metadata["acl"], ["a", "b"])'
+        'acl == "" or acl like "%|61|%" or acl like "%|62|%"'
     )
-    # A group name is re-quoted: no text of the keys file reaches Milvus as written.
-    assert 'json_contains_any(metadata["acl"], ["x\\" or 1==1"])' in str(
-        acl_expr(frozenset({'x" or 1==1'}))
-    )
+    # A group is hex in the column and the expression: no character of a group name (a LIKE
+    # wildcard, a quote) reaches Milvus as written.
+    hostile = 'x_%" or 1==1'
+    token = hostile.encode().hex()
+    assert acl_expr(frozenset({hostile})) == f'acl == "" or acl like "%|{token}|%"'
+    assert set(token) <= set("0123456789abcdef")
 
 
 def test_acl_metadata_must_be_a_list_of_group_names() -> None:

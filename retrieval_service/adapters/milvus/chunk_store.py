@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from retrieval_service.adapters.milvus.connection import MilvusStore, in_filter, quote
-from retrieval_service.adapters.milvus.filters import acl_expr, to_milvus_expr
+from retrieval_service.adapters.milvus.filters import acl_column, acl_expr, to_milvus_expr
 from retrieval_service.adapters.milvus.schema import (
     OUTPUT_FIELDS,
     UNANALYSED,
@@ -74,6 +74,7 @@ def store_row(
         "document_id": (owner.document_id if owner else "") or c.filename,
         "metadata": (owner.metadata if owner else None) or {},
         "ingest_time": owner.ingest_time if owner else 0,
+        "acl": acl_column(owner.metadata if owner else None),
     }
 
 

@@ -211,6 +211,13 @@ class MilvusStore:
         prefix = self.config.collection + schema.V2_SUFFIX
         return [*(f"{prefix}_l{lvl}" for lvl in LEVELS), f"{prefix}_documents"]
 
+    def v3_collections(self) -> list[str]:
+        """The collections of the knowledge-base layout, before document access (`upgrade.py`):
+        the three levels, the registry, then the knowledge bases."""
+        prefix = self.config.collection + schema.V3_SUFFIX
+        levels = [f"{prefix}_l{lvl}" for lvl in LEVELS]
+        return [*levels, f"{prefix}_documents", f"{prefix}_knowledge_bases"]
+
     # ---- calls -------------------------------------------------------------------------
 
     def _retrying(self, fn: Callable[..., T], *args: Any) -> T:

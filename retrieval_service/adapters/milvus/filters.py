@@ -23,6 +23,8 @@ printed as Python prints them (`3`, `-1.5`, `1e-07`, `1e+16`), which both gramma
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from retrieval_service.core.filters import (
     And,
@@ -105,18 +107,37 @@ def _comparison(c: Comparison, negated: bool) -> str:
     return f"({compared})"
 
 
+def acl_group_token(group: str) -> str:
+    """A group as the `acl` column holds it: its UTF-8 bytes in hex between `|`s, so no
+    character of a group name is a LIKE wildcard or a quote in an expression."""
+    return f"|{group.encode().hex()}|"
+
+
+def acl_column(metadata: Mapping[str, Any] | None) -> str:
+    """The `acl` column of a document's chunk rows: "" when its metadata has no `acl` (every
+    key sees it), else the tokens of its groups, sorted (`acl_group_token`); an empty `acl`
+    is "||", which no key's groups match."""
+    acl = (metadata or {}).get(ACL_KEY)
+    if acl is None:
+        return ""
+    groups = sorted(set(acl if isinstance(acl, list) else [acl]))
+    return "|" + "".join(acl_group_token(g)[1:] for g in groups) if groups else "||"
+
+
+#: The chunk rows' column holding `acl_column`.
+ACL_FIELD = "acl"
+
+
 def acl_expr(groups: frozenset[str] | None) -> str | None:
-    """The rows of documents visible to `groups` (`shared.access.document_visible`): no
-    `acl` key, or an `acl` list holding one of the groups; None when every row is visible.
-    Inside the search's own expression, so hidden documents are never candidates of either
-    side of a hybrid search."""
+    """The rows of documents visible to `groups` (`shared.access.document_visible`): an empty
+    `acl` column (the document has no `acl`) or one holding a token of the groups; None when
+    every row is visible. Part of the search's own expression, so hidden documents are never
+    candidates of either side of a hybrid search."""
     if groups is None:
         return None
-    path = _path(MetadataKey(ACL_KEY))
-    if not groups:
-        return f"not exists {path}"
-    names = ", ".join(quote(group) for group in sorted(groups))
-    return f"not exists {path} or json_contains_any({path}, [{names}])"
+    tests = [f'{ACL_FIELD} == ""']
+    tests += [f'{ACL_FIELD} like "%{acl_group_token(g)}%"' for g in sorted(groups)]
+    return " or ".join(tests)
 
 
 def _path(key: MetadataKey) -> str:

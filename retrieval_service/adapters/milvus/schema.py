@@ -25,12 +25,16 @@ ANALYZER_PARAMS: dict[str, Any] = {"tokenizer": "jieba"}
 #: carry two thirds of the characters; recall at a level holding such rows is refused at
 #: start-up (`unanalysed_problem`). No chunk's own BM25 text is ever a lone space.
 UNANALYSED = " "
-#: Appended to `MILVUS_COLLECTION`: the knowledge-base layout (chunk rows with a
-#: `knowledge_base` partition key, `document_id`, `metadata` and `ingest_time`; the registry
-#: keyed by (knowledge base, document_id, version); the knowledge-base records) lives in new
-#: collections. A store of the previous versioned layout (`_v2`) is upgraded into them at
-#: start-up (`upgrade.py`); one of the first layout (`{collection}_l1` …) is left alone.
-LAYOUT_SUFFIX = "_v3"
+#: Appended to `MILVUS_COLLECTION`: the layout of document access (`_v3`, the knowledge-base
+#: layout — chunk rows with a `knowledge_base` partition key, `document_id`, `metadata` and
+#: `ingest_time`; the registry keyed by (knowledge base, document_id, version); the
+#: knowledge-base records — with each chunk row's document `acl` in a scalar column,
+#: `filters.acl_column`) lives in new collections. A store of an earlier versioned layout (`_v3`,
+#: `_v2`) is upgraded into them at start-up (`upgrade.py`); one of the first layout
+#: (`{collection}_l1` …) is left alone.
+LAYOUT_SUFFIX = "_v4"
+#: The knowledge-base layout, before document access (`upgrade.py` reads it).
+V3_SUFFIX = "_v3"
 #: The versioned layout before knowledge bases (`upgrade.py` reads it).
 V2_SUFFIX = "_v2"
 VERSION_MAX = 64
@@ -44,7 +48,10 @@ DOCUMENT_ID_MAX = 1024
 REGISTRY_PK_MAX = 2 * KB_NAME_MAX + 1 + 2 * DOCUMENT_ID_MAX + 1 + VERSION_MAX
 OUTPUT_FIELDS = list(CHUNK_FIELDS)
 #: Everything a chunk row holds that a caller writes (the sparse field is the BM25 function's).
-WRITABLE_FIELDS = ["pk", *OUTPUT_FIELDS, "bm25_text", "dense"]
+WRITABLE_FIELDS = ["pk", *OUTPUT_FIELDS, "bm25_text", "dense", "acl"]
+#: The `acl` column: its groups' hex forms, each between `|`s; 8 KiB of metadata at most, so
+#: never more than twice that.
+ACL_MAX = 2 * 8 * 1024 + 2
 #: What a scan of the registry needs to find the current version of each document.
 REGISTRY_KEY_FIELDS = ["knowledge_base", "document_id", "version", "state"]
 REGISTRY_FIELDS = [
@@ -100,6 +107,11 @@ def chunk_schema(dim: int) -> Any:
     schema.add_field("document_id", DataType.VARCHAR, max_length=DOCUMENT_ID_MAX)
     schema.add_field("metadata", DataType.JSON)
     schema.add_field("ingest_time", DataType.INT64)  # epoch milliseconds
+    # The document's `acl` as one scalar string (`acl_column`): a search's visibility condition
+    # is then a comparison and LIKEs on a column, which Milvus Lite evaluates vectorised (JSON
+    # paths and array functions it evaluates row by row: 2.5 × a search's time). See
+    # `filters.acl_column`.
+    schema.add_field("acl", DataType.VARCHAR, max_length=ACL_MAX)
     schema.add_function(
         Function(
             name="text_bm25",

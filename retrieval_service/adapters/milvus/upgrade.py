@@ -1,11 +1,17 @@
-"""The in-place upgrade of a store written before knowledge bases (the `_v2` layout,
-docs/api.md#knowledge-bases): at start-up, every chunk row is copied with its vector into the
-`_v3` collections (knowledge base `knowledge_bases/default`, document_id = its filename, no
-metadata, ingest time = its version's timestamp) and every registry record likewise; nothing is
-embedded again. Crash-safe: the copy is idempotent (rows keep their primary keys, so a copy
-repeated after a crash replaces what the first one wrote), the completion marker is written
-only after everything was copied and flushed, and the old collections are dropped only after
-the marker; a start that finds the marker drops whatever old collection is left."""
+"""The in-place upgrades of a store written by an earlier layout, at start-up, into the current
+(`_v4`) collections; nothing is embedded again:
+
+- `_v3` (knowledge bases, before document access: docs/api.md#document-access): every row is
+  copied as it is, each chunk row given its document's `acl` column (`filters.acl_column`,
+  from the metadata it carries); the registry and the knowledge-base records unchanged.
+- `_v2` (before knowledge bases, docs/api.md#knowledge-bases): every chunk row is copied with
+  its vector (knowledge base `knowledge_bases/default`, document_id = its filename, no
+  metadata, ingest time = its version's timestamp) and every registry record likewise.
+
+Crash-safe: a copy is idempotent (rows keep their primary keys, so a copy repeated after a
+crash replaces what the first one wrote), the completion marker is written only after
+everything was copied and flushed, and the old collections are dropped only after the marker;
+a start that finds the marker drops whatever old collection is left."""
 
 from __future__ import annotations
 
@@ -15,8 +21,13 @@ import time
 from typing import Any
 
 from retrieval_service.adapters.milvus.connection import MilvusStore, quote
+from retrieval_service.adapters.milvus.filters import acl_column
 from retrieval_service.adapters.milvus.registry import row_of
-from retrieval_service.adapters.milvus.schema import REGISTRY_VECTOR_DIM
+from retrieval_service.adapters.milvus.schema import (
+    KNOWLEDGE_BASE_FIELDS,
+    REGISTRY_FIELDS,
+    REGISTRY_VECTOR_DIM,
+)
 from retrieval_service.core.documents import LEVELS, DocumentEntry, version_time_ms
 from retrieval_service.core.identity import DEFAULT_KB
 
@@ -25,6 +36,7 @@ log = logging.getLogger(__name__)
 #: The row of the knowledge-base collection that says the upgrade completed (not a
 #: knowledge base's name: those start with `knowledge_bases/`).
 UPGRADE_MARKER = "upgrade/v2"
+V3_UPGRADE_MARKER = "upgrade/v3"
 #: The chunk fields of the `_v2` layout (its sparse field is its BM25 function's output).
 V2_CHUNK_FIELDS = [
     "pk",
@@ -43,6 +55,14 @@ V2_CHUNK_FIELDS = [
     "chunk_idx",
 ]
 V2_REGISTRY_FIELDS = ["filename", "version", "state", "file_type", "pages", "page_counts"]
+#: The chunk fields of the `_v3` layout: `_v4`'s but the `acl` column.
+V3_CHUNK_FIELDS = [
+    *V2_CHUNK_FIELDS,
+    "knowledge_base",
+    "document_id",
+    "metadata",
+    "ingest_time",
+]
 _BATCH = 256
 
 
@@ -55,7 +75,20 @@ def upgraded_chunk(row: dict[str, Any]) -> dict[str, Any]:
     out["document_id"] = row["filename"]
     out["metadata"] = {}
     out["ingest_time"] = version_time_ms(row["version"])
+    out["acl"] = acl_column(None)
     return out
+
+
+def v3_chunk(row: dict[str, Any]) -> dict[str, Any]:
+    """A `_v3` chunk row as a `_v4` one: the same, with its document's `acl` column."""
+    out = {name: row[name] for name in V3_CHUNK_FIELDS}
+    out["dense"] = [float(x) for x in row["dense"]]
+    out["acl"] = acl_column(row["metadata"])
+    return out
+
+
+def _as_is(row: dict[str, Any]) -> dict[str, Any]:
+    return row
 
 
 def upgraded_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -74,11 +107,17 @@ def upgraded_record(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _copy(
-    client: Any, source: str, target: str, fields: list[str], convert: Any, write: Any
+    client: Any,
+    source: str,
+    target: str,
+    fields: list[str],
+    convert: Any,
+    write: Any,
+    key: str = "pk",
 ) -> int:
     client.load_collection(source)
     iterator = client.query_iterator(
-        source, batch_size=_BATCH, filter='pk != ""', output_fields=fields
+        source, batch_size=_BATCH, filter=f'{key} != ""', output_fields=fields
     )
     copied = 0
     try:
@@ -122,24 +161,67 @@ def upgrade_v2(client: Any, milvus: MilvusStore) -> bool:
             )
         for name in milvus.all_collections():
             client.flush(name)
-        client.upsert(
-            marker,
-            [
-                {
-                    "name": UPGRADE_MARKER,
-                    "display_name": "",
-                    "description": f"upgraded from {', '.join(old)}",
-                    "create_time": int(time.time() * 1000),
-                    "state": 0,
-                    "marker": [0.0] * REGISTRY_VECTOR_DIM,
-                }
-            ],
-        )
-        client.flush(marker)
+        _mark(client, marker, UPGRADE_MARKER, old)
         log.info(
             "upgraded %d chunk rows and %d document records into knowledge_bases/default in %.1f s",
             rows,
             records,
+            time.monotonic() - started,
+        )
+    for name in old:
+        client.drop_collection(name)
+        log.info("dropped the upgraded collection %s", name)
+    return True
+
+
+def _mark(client: Any, marker: str, name: str, old: list[str]) -> None:
+    client.upsert(
+        marker,
+        [
+            {
+                "name": name,
+                "display_name": "",
+                "description": f"upgraded from {', '.join(old)}",
+                "create_time": int(time.time() * 1000),
+                "state": 0,
+                "marker": [0.0] * REGISTRY_VECTOR_DIM,
+            }
+        ],
+    )
+    client.flush(marker)
+
+
+def upgrade_v3(client: Any, milvus: MilvusStore) -> bool:
+    """Upgrades a `_v3` store into the `_v4` collections (which exist and are loaded);
+    returns whether there was one. Runs in the store's worker thread (`MilvusStore.run`)."""
+    old = [name for name in milvus.v3_collections() if client.has_collection(name)]
+    if not old:
+        return False
+    marker = milvus.knowledge_base_collection
+    filter_ = f"name == {quote(V3_UPGRADE_MARKER)}"
+    if not client.query(marker, filter=filter_, output_fields=["name"]):
+        started = time.monotonic()
+        log.info("upgrading the store of %s in place (no re-embedding)", ", ".join(old))
+        write = client.insert if milvus.config.embedded else client.upsert
+        *levels, registry, knowledge_bases = milvus.v3_collections()
+        rows = 0
+        for level, source in zip(LEVELS, levels, strict=True):
+            if client.has_collection(source):
+                target = milvus.level_collection(level)
+                rows += _copy(client, source, target, V3_CHUNK_FIELDS, v3_chunk, write)
+        if client.has_collection(registry):
+            fields = ["pk", *REGISTRY_FIELDS, "marker"]
+            _copy(client, registry, milvus.registry_collection, fields, _as_is, client.upsert)
+        if client.has_collection(knowledge_bases):
+            fields = ["name", *KNOWLEDGE_BASE_FIELDS[1:], "marker"]
+            target = milvus.knowledge_base_collection
+            _copy(client, knowledge_bases, target, fields, _as_is, client.upsert, key="name")
+        for name in milvus.all_collections():
+            client.flush(name)
+        _mark(client, marker, V3_UPGRADE_MARKER, old)
+        log.info(
+            "upgraded %d chunk rows with their documents' acl in %.1f s",
+            rows,
             time.monotonic() - started,
         )
     for name in old:
