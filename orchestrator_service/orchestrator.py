@@ -218,7 +218,7 @@ class Orchestrator:
                 async for piece in self.model.stream_answer(
                     outcome.standalone_question or outcome.question,
                     docs,
-                    missing_slots=[*missing_slots, *parts.incomplete, *parts.unanswered],
+                    missing_slots=[*missing_slots, *parts.unanswered],
                     timeout=left,
                 ):
                     send(markers.feed(piece))

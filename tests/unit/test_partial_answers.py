@@ -276,3 +276,47 @@ def test_the_local_answer_claims_nothing_for_the_unanswered_part(
         for i, text in enumerate(docs, start=1)
     ]
     assert clean_markers("".join(answer_pieces(question, records, missing=missing)), 1) == written
+
+
+PLANS_ZH = (
+    "# 云端存储套餐\n\n## 基础套餐\n\n基础套餐每月九元，包含五十GB存储空间。\n\n"
+    "## 专业套餐\n\n专业套餐每月二十九元，包含一TB存储空间。"
+)
+GARDEN_ZH = (
+    "# 青岚茶园简介\n\n## 位置\n\n青岚茶园位于浙江省丽水市松阳县的南坡山腰，海拔约六百米。\n\n"
+    "## 参观\n\n茶园每周二至周日对游客开放，门票为三十元。"
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "missing", "text", "written"),
+    [
+        # each part of a compound question answered by its own leading claim, in order
+        (
+            "青岚茶园在哪里？青岚茶园的门票多少钱？",
+            [],
+            GARDEN_ZH,
+            "青岚茶园位于浙江省丽水市松阳县的南坡山腰，海拔约六百米[1]。"
+            "茶园每周二至周日对游客开放，门票为三十元[1]。",
+        ),
+        # a part named missing gets no claim
+        (
+            "比较基础套餐和专业套餐的价格",
+            ["基础套餐的价格？"],
+            PLANS_ZH,
+            "专业套餐每月二十九元，包含一TB存储空间[1]。",
+        ),
+        # every part missing: the question as a whole, never an empty answer
+        (
+            "比较基础套餐和专业套餐的价格",
+            ["基础套餐的价格？", "专业套餐的价格？"],
+            PLANS_ZH,
+            "基础套餐每月九元，包含五十GB存储空间[1]。专业套餐每月二十九元，包含一TB存储空间[1]。",
+        ),
+    ],
+)
+def test_a_compound_question_is_answered_part_by_part(
+    question: str, missing: list[str], text: str, written: str
+) -> None:
+    records = [{"text": text, "filename": "d.md", "score": 2 / 61, "rrf_rank": 1}]
+    assert clean_markers("".join(answer_pieces(question, records, missing=missing)), 1) == written

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator_service.answer import MARKER, sentences, split_terminal
+from orchestrator_service.models.local.complexity import classify
 from orchestrator_service.models.local.grading import pick_option
 from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.text import (
@@ -225,6 +226,9 @@ def choose_sentences(
     terms = asked_terms(question, missing)
     chinese = is_chinese(question)
     every = _candidates(docs, terms)
+    if not every and any(part.strip() for part in missing):
+        # What is left to ask is in no sentence: answer the question as a whole.
+        return choose_sentences(question, docs, meaning)
     same_language = [c for c in every if is_chinese(c.sentence) == chinese]
     pool = same_language or every
     if not pool:
@@ -288,6 +292,28 @@ def choose_sentences(
     return chosen
 
 
+def choose_claims(
+    question: str,
+    docs: Sequence[Mapping[str, Any]],
+    meaning: Meaning | None = None,
+    missing: Sequence[str] = (),
+) -> list[_Candidate]:
+    """The claims of the answer. A compound question (one the local classifier splits, as it
+    did for the run's plan) answers each of its parts that is not `missing` with that part's
+    leading claim, in the parts' order ("青岚茶园在哪里？青岚茶园的门票多少钱？": the location and
+    the ticket price, not the two best sentences of the whole); a part whose lead is already
+    chosen adds nothing. Any other question: `choose_sentences`."""
+    absent = {part.strip() for part in missing}
+    parts = [part for part in classify(question).sub_questions if part.strip() not in absent]
+    if len(parts) < 2:
+        return choose_sentences(question, docs, meaning, missing)
+    chosen: list[_Candidate] = []
+    for part in parts:
+        leads = choose_sentences(part, docs, meaning, missing)[:1]
+        chosen.extend(c for c in leads if all(c.sentence != o.sentence for o in chosen))
+    return chosen or choose_sentences(question, docs, meaning, missing)
+
+
 def answer_pieces(
     question: str,
     docs: Sequence[Mapping[str, Any]],
@@ -300,7 +326,7 @@ def answer_pieces(
     `choose_sentences`; the orchestrator's note names it after the text."""
     chinese = is_chinese(question)
     pieces = []
-    for index, candidate in enumerate(choose_sentences(question, docs, meaning, missing)):
+    for index, candidate in enumerate(choose_claims(question, docs, meaning, missing)):
         claim, closing = split_terminal(candidate.claim or candidate.sentence)
         if not closing.strip("；;"):
             closing = "。" if chinese else "."
