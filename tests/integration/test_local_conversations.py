@@ -46,6 +46,9 @@ CONVERSATIONS = [
      "What does it raise when the timeout expires?",
      "What does asyncio.wait_for raise when the timeout expires?",
      "python_asyncio.en.md", "answer"),
+    ([("Which plan answers tickets within four hours?", "The Premium support plan[1].")],
+     "How much does it cost?", "How much does the Premium support plan cost?",
+     "support_plan_premium.en.md", "answer"),
     # en, three turns
     ([("What is the Premium support plan?", ""), ("How much does it cost?", "49 euros[1].")],
      "And the Basic one?", "How much does the Basic support plan cost?",
@@ -81,6 +84,8 @@ CONVERSATIONS = [
      "tea_culture.zh.txt", "answer"),
     ([("标准版云存储套餐每月多少钱？", "15 元[1]。")], "这个套餐支持几台设备同步？",
      "标准版云存储套餐支持几台设备同步？", "cloud_storage_standard.zh.md", "answer"),
+    ([("哪个套餐提供团队共享文件夹？", "专业版云存储套餐提供最多 10 人的团队共享文件夹[1]。")],
+     "它每月多少钱？", "专业版云存储套餐每月多少钱？", "cloud_storage_pro.zh.md", "answer"),
     # zh, three turns
     ([("专业版云存储套餐每月多少钱？", "45 元[1]。"), ("它包含多少存储空间？", "2 TB[1]。")],
      "那标准版呢？", "标准版云存储套餐包含多少存储空间？",

@@ -79,6 +79,27 @@ THREE_TURNS = [
 ]  # fmt: skip
 
 
+#: A previous question that names no entity ("Which plan …?"): the answer's opening names it.
+FROM_ANSWERS = [
+    ([("Which plan answers tickets within four hours?", "The Premium support plan[1]. It …")],
+     "How much does it cost?", "How much does the Premium support plan cost?"),
+    ([("哪个套餐提供团队共享文件夹？", "专业版云存储套餐提供最多 10 人的团队共享文件夹[1]。")],
+     "它每月多少钱？", "专业版云存储套餐每月多少钱？"),
+    ([("Who may work remotely?", "Employees after their probation period[1].")],
+     "How many days can they work remotely?", "How many days can they work remotely?"),
+    # The question's own entity comes first.
+    ([("What is the Navigator's weapon?", "The brass sextant of the Quartermaster[1].")],
+     "What is its skill?", "What is the Navigator's skill?"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("earlier", "question", "standalone"), FROM_ANSWERS)
+def test_entity_from_the_answer(
+    earlier: list[tuple[str, str]], question: str, standalone: str
+) -> None:
+    assert condense(question, [Turn(q, a) for q, a in earlier]) == standalone
+
+
 def _turns(questions: list[str]) -> list[Turn]:
     return [Turn(q, "") for q in questions]
 

@@ -12,8 +12,10 @@ language:
   repeats the previous question with the new part: a condition (in winter, 冬天) is added to
   it or replaces the one of the same kind; a name replaces the matching name ("Premium" →
   "Basic", 专业版 → 标准版) or else the entity;
-- anything else is a new topic and is returned unchanged, as is a follow-up whose previous
-  question names no entity.
+- anything else is a new topic and is returned unchanged.
+
+A previous question that names no entity ("Which plan …?") lends a pronoun the entity its
+answer's first sentence opens with; a follow-up with nothing to refer to stays unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from orchestrator_service.models.local.text import EN_STOP_WORDS, segment, words
 from shared.lang import CJK_CHAR, is_chinese
 
 # ---- English ---------------------------------------------------------------------------------
-_TOKEN = re.compile(r"[A-Za-z0-9][\w.\-]*(?:'s)?|[^\w\s]")
+_TOKEN = re.compile(r"[A-Za-z0-9](?:[\w\-]|\.(?=\w))*(?:'s)?|[^\w\s]")
 _DETERMINERS = frozenset({"the", "a", "an"})
 _WH = frozenset({"what", "how", "which", "who", "when", "where", "why", "whom", "whose"})
 _BE = frozenset({"is", "are", "was", "were"})
@@ -51,6 +53,7 @@ _EN_ELLIPSIS = re.compile(
 _PREPOSITIONS = words("in on at during for with without after before under over when if while from")
 _ENDING = "?？.!！。 "
 _CLAUSE_BREAKS = frozenset({",", ";", "and", "but"})
+_CITATION = re.compile(r"\[\d+\]")
 
 # ---- Chinese ---------------------------------------------------------------------------------
 #: Where a Chinese question's leading noun phrase (its entity) ends.
@@ -72,7 +75,7 @@ _ZH_CONDITION_WORDS = (
     "春天", "夏天", "秋天", "冬天", "春季", "夏季", "秋季", "冬季", "早上", "上午", "中午",
     "下午", "晚上", "夜里", "白天", "睡前", "周末", "工作日", "节假日", "假期",
 )  # fmt: skip
-_ZH_QUESTION_WORDS = ("什么", "多少", "多久", "怎么", "如何", "哪", "吗", "几", "为什么", "是否")
+_ZH_QUESTION_WORDS = ("什么", "多少", "多久", "怎么", "如何", "哪", "吗", "几", "是否", "谁")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,35 +88,42 @@ class _Span:
 def condense(question: str, history: Sequence[Turn]) -> str:
     """`question` made standalone against `history` (oldest first), or `question` itself."""
     previous: str | None = None
+    answer = ""
     for turn in history:
         if turn.question.strip():
-            previous = turn.question if previous is None else follow_up(turn.question, previous)
+            previous = (
+                turn.question if previous is None else follow_up(turn.question, previous, answer)
+            )
+            answer = turn.answer
     if previous is None:
         return question
-    return follow_up(question, previous)
+    return follow_up(question, previous, answer)
 
 
-def follow_up(question: str, previous: str) -> str:
-    """`question` read right after the standalone `previous` question."""
+def follow_up(question: str, previous: str, answer: str = "") -> str:
+    """`question` read right after the standalone `previous` question and its `answer`: a
+    pronoun refers to the question's entity or, when it names none ("Which plan …?"), to the
+    entity the answer's first sentence opens with."""
     text = question.strip()
     if not text:
         return question
+    opening = _CITATION.sub("", re.split(r"(?<=[。！？.!?])\s*", answer.strip(), maxsplit=1)[0])
     if is_chinese(text):
-        return _zh_follow_up(text, previous) or question
-    return _en_follow_up(text, previous) or question
+        return _zh_follow_up(text, previous, opening) or question
+    return _en_follow_up(text, previous, opening) or question
 
 
 # ---- English ---------------------------------------------------------------------------------
 
 
-def _en_follow_up(text: str, previous: str) -> str | None:
+def _en_follow_up(text: str, previous: str, answer: str) -> str | None:
     ellipsis = _EN_ELLIPSIS.match(text.rstrip(_ENDING))
     if ellipsis:
         part = (ellipsis.group("x") or ellipsis.group("y") or "").strip()
         words = [w.lower() for w in _words(part)]
         if part and len(words) <= 6 and not (set(words) & (_WH | _BE | _DO_MODAL)):
             return _en_ellipsis(part, previous)
-    return _en_pronouns(text, previous)
+    return _en_pronouns(text, previous, answer)
 
 
 def _words(text: str) -> list[str]:
@@ -190,8 +200,8 @@ def en_entity(question: str) -> str | None:
     return determined[0].text if determined else None
 
 
-def _en_pronouns(text: str, previous: str) -> str | None:
-    entity = en_entity(previous)
+def _en_pronouns(text: str, previous: str, answer: str) -> str | None:
+    entity = en_entity(previous) or en_entity(answer)
     if entity is None:
         return None
     tokens = _TOKEN.findall(text)
@@ -273,13 +283,18 @@ def zh_entity(question: str) -> str | None:
         if at != -1:
             cut = min(cut, at)
     entity = text[:cut].strip()
-    if len(entity) < 2 or _ZH_DEMONSTRATIVE.match(entity) or _ZH_PRONOUN.search(entity):
+    if (
+        len(entity) < 2
+        or _ZH_DEMONSTRATIVE.match(entity)
+        or _ZH_PRONOUN.search(entity)
+        or any(word in entity for word in _ZH_QUESTION_WORDS)
+    ):
         return None
     return entity
 
 
-def _zh_follow_up(text: str, previous: str) -> str | None:
-    resolved = _zh_pronouns(text, previous)
+def _zh_follow_up(text: str, previous: str, answer: str) -> str | None:
+    resolved = _zh_pronouns(text, previous, answer)
     if resolved is not None:
         return resolved
     bare = text.rstrip(_ENDING)
@@ -290,7 +305,7 @@ def _zh_follow_up(text: str, previous: str) -> str | None:
     return None
 
 
-def _zh_pronouns(text: str, previous: str) -> str | None:
+def _zh_pronouns(text: str, previous: str, answer: str) -> str | None:
     body = _ZH_LEAD.sub("", text)
     found = [m for m in (_ZH_PRONOUN.search(body), _ZH_DEMONSTRATIVE.search(body)) if m]
     if not found:
@@ -299,7 +314,7 @@ def _zh_pronouns(text: str, previous: str) -> str | None:
     # An antecedent in the question itself ("KestrelDB是什么，它…") keeps the pronoun.
     if re.search(r"[，,；;]", body[: match.start()]):
         return None
-    entity = zh_entity(previous)
+    entity = zh_entity(previous) or zh_entity(answer)
     if entity is None:
         return None
     return body[: match.start()] + entity + body[match.end() :]
