@@ -3,6 +3,7 @@ README's `grpcurl` / `buf curl` lines are executed against them (ports substitut
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -52,13 +53,16 @@ def _wait_serving(port: int, proc: subprocess.Popen[bytes], timeout: float = 120
 Services = tuple[dict[int, int], str | None]
 
 
-# Without and with AUTH_TOKEN: health and reflection (v1, which buf curl asks first, and
-# v1alpha) stay open, and the README's calls pass with the header it says to add.
-@pytest.fixture(scope="module", params=[None, "s3cret"], ids=["open", "auth"])
+# Without auth, with AUTH_TOKEN and with AUTH_KEYS_FILE (a reader key): health and reflection
+# (v1, which buf curl asks first, and v1alpha) stay open, and the README's calls pass with the
+# header it says to add.
+@pytest.fixture(
+    scope="module", params=[None, "s3cret", "keys:reader-key"], ids=["open", "auth", "keys"]
+)
 def services(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Services]:
-    token: str | None = request.param
+    param: str | None = request.param
     data = tmp_path_factory.mktemp("readme")
     ports = {name: free_port() for name in DEFAULT_PORTS}
     env = {
@@ -78,8 +82,17 @@ def services(
         LLM_BASE_URL="http://127.0.0.1:9/v1",
         MODEL="unused",
     )
-    if token:
-        env["AUTH_TOKEN"] = token
+    token = param
+    if param and param.startswith("keys:"):
+        token = param.removeprefix("keys:")
+        keys = data / "keys.yaml"
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        keys.write_text(
+            f"keys:\n  - {{id: readme, sha256: {digest}, role: reader, knowledge_bases: ['*']}}\n"
+        )
+        env["AUTH_KEYS_FILE"] = str(keys)
+    elif param:
+        env["AUTH_TOKEN"] = param
     procs = [
         subprocess.Popen([sys.executable, "-m", f"{name}_service"], cwd=ROOT, env=env)
         for name in DEFAULT_PORTS

@@ -1,4 +1,4 @@
-"""The knowledge-base records of `{collection}_v3_knowledge_bases`: one row per knowledge base,
+"""The knowledge-base records of `{collection}_v4_knowledge_bases`: one row per knowledge base,
 keyed by its full name (the `KnowledgeBaseStore` port). The collection also holds the
 upgrade's completion marker (`upgrade.UPGRADE_MARKER`), which is no knowledge base's name and
 is never read as one."""

@@ -1,4 +1,4 @@
-"""The document registry: the commit records of `{collection}_v3_documents`. Each ingest of a
+"""The document registry: the commit records of `{collection}_v4_documents`. Each ingest of a
 document writes one record per version (pk `{knowledge_base}#{document_id}#{version}`, hex
 encoded: `schema.registry_pk`): PENDING before its chunk
 rows are written, COMMITTED once they all are; a delete commits a TOMBSTONE version. The

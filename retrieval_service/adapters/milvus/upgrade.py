@@ -67,7 +67,7 @@ _BATCH = 256
 
 
 def upgraded_chunk(row: dict[str, Any]) -> dict[str, Any]:
-    """A `_v2` chunk row as a `_v3` one: in the default knowledge base, its filename as its
+    """A `_v2` chunk row as a current one: in the default knowledge base, its filename as its
     document_id, no metadata, ingested when its version was started."""
     out = {name: row[name] for name in V2_CHUNK_FIELDS}
     out["dense"] = [float(x) for x in row["dense"]]
@@ -92,7 +92,7 @@ def _as_is(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgraded_record(row: dict[str, Any]) -> dict[str, Any]:
-    """A `_v2` registry record as a `_v3` one (no content hash, size or fingerprint: a
+    """A `_v2` registry record as a current one (no content hash, size or fingerprint: a
     document stored before knowledge bases is never `unchanged`)."""
     entry = DocumentEntry(
         filename=row["filename"],
@@ -130,7 +130,7 @@ def _copy(
 
 
 def upgrade_v2(client: Any, milvus: MilvusStore) -> bool:
-    """Upgrades a `_v2` store into the `_v3` collections (which exist and are loaded);
+    """Upgrades a `_v2` store into the `_v4` collections (which exist and are loaded);
     returns whether there was one. Runs in the store's worker thread (`MilvusStore.run`)."""
     old = [name for name in milvus.v2_collections() if client.has_collection(name)]
     if not old:
