@@ -9,7 +9,7 @@ no auth at all, is UNRESTRICTED: every permission, every knowledge base, every d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
@@ -122,15 +122,6 @@ def document_visible(metadata: Mapping[str, Any] | None, groups: frozenset[str] 
     if acl is None:
         return True
     return not groups.isdisjoint(acl if isinstance(acl, list) else (acl,))
-
-
-def visible(
-    entries: Iterable[Any], groups: frozenset[str] | None, metadata_of: Any = None
-) -> list[Any]:
-    """The entries whose metadata (`metadata_of(entry)`, default `entry.metadata`) is visible
-    to `groups`, in order."""
-    read = metadata_of or (lambda entry: entry.metadata)
-    return [entry for entry in entries if document_visible(read(entry), groups)]
 
 
 UNRESTRICTED: Final = Principal(

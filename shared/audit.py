@@ -22,7 +22,7 @@ import grpc
 from shared.access import current_principal
 from shared.errors import ConfigurationError
 from shared.logs import REQUEST_ID
-from shared.observability import Continuation, _final_code, produced_items, rewrap
+from shared.observability import Continuation, final_code, produced_items, rewrap
 from shared.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         expired = deadline is not None and time.monotonic() >= deadline
         entry = audit.entry(
-            code=_final_code(context, error, expired),
+            code=final_code(context, error, expired),
             key_id=current_principal().key_id,
             request_id=REQUEST_ID.get(),
             ended=time.time(),

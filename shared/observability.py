@@ -39,7 +39,7 @@ def _split(method: str) -> tuple[str, str]:
     return service, name
 
 
-def _final_code(
+def final_code(
     context: grpc.aio.ServicerContext, error: BaseException | None, expired: bool
 ) -> str:
     """The status the call ended with, as grpc-go spells it (`OK`, `INVALID_ARGUMENT`, …)."""
@@ -87,7 +87,7 @@ class _Call:
     def finish(self, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
         now = time.perf_counter()
         elapsed = now - self.start
-        code = _final_code(context, error, self.deadline is not None and now >= self.deadline)
+        code = final_code(context, error, self.deadline is not None and now >= self.deadline)
         if self.metrics is not None:
             self.metrics.handled.labels(*self.labels, code).inc()
             self.metrics.handling_seconds.labels(*self.labels).observe(elapsed)
