@@ -96,11 +96,6 @@ def missing_parts(sub_results: Sequence[Mapping[str, Any]]) -> MissingParts:
     return MissingParts(tuple(unanswered), tuple(q for q in incomplete if q not in unanswered))
 
 
-def unanswered_sub_questions(sub_results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """`MissingParts.unanswered` of the children, as a list."""
-    return list(missing_parts(sub_results).unanswered)
-
-
 def _unique(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))
 

@@ -14,7 +14,6 @@ from orchestrator_service.synthesis import (
     MissingParts,
     missing_parts,
     synthesize,
-    unanswered_sub_questions,
 )
 from shared.normalize import normalize_sub_trace
 
@@ -70,8 +69,8 @@ DOC = {"chunk_id": "a", "filename": "a.md", "text": "t", "score": 0.5, "rrf_rank
         ([], []),
     ],
 )
-def test_unanswered_sub_questions(children: list[dict[str, Any]], unanswered: list[str]) -> None:
-    assert unanswered_sub_questions(children) == unanswered
+def test_unanswered_parts(children: list[dict[str, Any]], unanswered: list[str]) -> None:
+    assert list(missing_parts(children).unanswered) == unanswered
 
 
 @pytest.mark.parametrize(
@@ -114,7 +113,7 @@ def test_the_trace_keeps_the_synthesis_rule_when_a_part_is_unanswered() -> None:
         "strong",
         "sufficient",
     )
-    assert unanswered_sub_questions(children) == ["B?"]
+    assert list(missing_parts(children).unanswered) == ["B?"]
 
 
 @pytest.mark.parametrize(
