@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from retrieval_service.adapters.milvus.connection import MilvusStore, quote
@@ -87,10 +89,6 @@ def v3_chunk(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _as_is(row: dict[str, Any]) -> dict[str, Any]:
-    return row
-
-
 def upgraded_record(row: dict[str, Any]) -> dict[str, Any]:
     """A `_v2` registry record as a current one (no content hash, size or fingerprint: a
     document stored before knowledge bases is never `unchanged`)."""
@@ -129,45 +127,49 @@ def _copy(
     return copied
 
 
-def upgrade_v2(client: Any, milvus: MilvusStore) -> bool:
-    """Upgrades a `_v2` store into the `_v4` collections (which exist and are loaded);
-    returns whether there was one. Runs in the store's worker thread (`MilvusStore.run`)."""
-    old = [name for name in milvus.v2_collections() if client.has_collection(name)]
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One collection of an old layout and how its rows become the current collection's."""
+
+    source: str
+    target: str
+    fields: list[str]
+    convert: Callable[[dict[str, Any]], dict[str, Any]]
+    chunks: bool = False  # written as the chunk store writes (see `_upgrade`)
+    key: str = "pk"
+
+
+def _as_is(row: dict[str, Any]) -> dict[str, Any]:
+    return row
+
+
+def _upgrade(
+    client: Any, milvus: MilvusStore, layout: list[str], marker_name: str, copies: list[Copy]
+) -> bool:
+    """Copies an old layout's collections (`layout`, those that exist) into the current ones
+    unless its marker row says it was done, writes the marker, then drops them; returns
+    whether there were any (the module docstring says why each step is where it is)."""
+    old = [name for name in layout if client.has_collection(name)]
     if not old:
         return False
     marker = milvus.knowledge_base_collection
-    done = client.query(marker, filter=f"name == {quote(UPGRADE_MARKER)}", output_fields=["name"])
-    if not done:
+    if not client.query(marker, filter=f"name == {quote(marker_name)}", output_fields=["name"]):
         started = time.monotonic()
         log.info("upgrading the store of %s in place (no re-embedding)", ", ".join(old))
-        # The same write as the chunk store's: Lite's insert replaces a row of the same key.
-        write = client.insert if milvus.config.embedded else client.upsert
-        *levels, registry = milvus.v2_collections()
-        rows = 0
-        for level, source in zip(LEVELS, levels, strict=True):
-            if client.has_collection(source):
-                target = milvus.level_collection(level)
-                rows += _copy(client, source, target, V2_CHUNK_FIELDS, upgraded_chunk, write)
-        records = 0
-        if client.has_collection(registry):
-            target = milvus.registry_collection
-            records = _copy(
-                client,
-                registry,
-                target,
-                ["pk", *V2_REGISTRY_FIELDS],
-                upgraded_record,
-                client.upsert,
-            )
+        # Chunk rows go the chunk store's way: Lite's insert replaces a row of the same key.
+        chunk_write = client.insert if milvus.config.embedded else client.upsert
+        copied = {}
+        for c in copies:
+            if client.has_collection(c.source):
+                write = chunk_write if c.chunks else client.upsert
+                copied[c.source] = _copy(
+                    client, c.source, c.target, c.fields, c.convert, write, c.key
+                )
         for name in milvus.all_collections():
             client.flush(name)
-        _mark(client, marker, UPGRADE_MARKER, old)
-        log.info(
-            "upgraded %d chunk rows and %d document records into knowledge_bases/default in %.1f s",
-            rows,
-            records,
-            time.monotonic() - started,
-        )
+        _mark(client, marker, marker_name, old)
+        counts = ", ".join(f"{n} rows of {name}" for name, n in copied.items())
+        log.info("upgraded %s in %.1f s", counts, time.monotonic() - started)
     for name in old:
         client.drop_collection(name)
         log.info("dropped the upgraded collection %s", name)
@@ -191,40 +193,30 @@ def _mark(client: Any, marker: str, name: str, old: list[str]) -> None:
     client.flush(marker)
 
 
+def upgrade_v2(client: Any, milvus: MilvusStore) -> bool:
+    """Upgrades a `_v2` store into the `_v4` collections (which exist and are loaded);
+    returns whether there was one. Runs in the store's worker thread (`MilvusStore.run`)."""
+    *levels, registry = layout = milvus.v2_collections()
+    copies = [
+        Copy(source, milvus.level_collection(level), V2_CHUNK_FIELDS, upgraded_chunk, True)
+        for level, source in zip(LEVELS, levels, strict=True)
+    ]
+    fields = ["pk", *V2_REGISTRY_FIELDS]
+    copies.append(Copy(registry, milvus.registry_collection, fields, upgraded_record))
+    return _upgrade(client, milvus, layout, UPGRADE_MARKER, copies)
+
+
 def upgrade_v3(client: Any, milvus: MilvusStore) -> bool:
     """Upgrades a `_v3` store into the `_v4` collections (which exist and are loaded);
     returns whether there was one. Runs in the store's worker thread (`MilvusStore.run`)."""
-    old = [name for name in milvus.v3_collections() if client.has_collection(name)]
-    if not old:
-        return False
-    marker = milvus.knowledge_base_collection
-    filter_ = f"name == {quote(V3_UPGRADE_MARKER)}"
-    if not client.query(marker, filter=filter_, output_fields=["name"]):
-        started = time.monotonic()
-        log.info("upgrading the store of %s in place (no re-embedding)", ", ".join(old))
-        write = client.insert if milvus.config.embedded else client.upsert
-        *levels, registry, knowledge_bases = milvus.v3_collections()
-        rows = 0
-        for level, source in zip(LEVELS, levels, strict=True):
-            if client.has_collection(source):
-                target = milvus.level_collection(level)
-                rows += _copy(client, source, target, V3_CHUNK_FIELDS, v3_chunk, write)
-        if client.has_collection(registry):
-            fields = ["pk", *REGISTRY_FIELDS, "marker"]
-            _copy(client, registry, milvus.registry_collection, fields, _as_is, client.upsert)
-        if client.has_collection(knowledge_bases):
-            fields = ["name", *KNOWLEDGE_BASE_FIELDS[1:], "marker"]
-            target = milvus.knowledge_base_collection
-            _copy(client, knowledge_bases, target, fields, _as_is, client.upsert, key="name")
-        for name in milvus.all_collections():
-            client.flush(name)
-        _mark(client, marker, V3_UPGRADE_MARKER, old)
-        log.info(
-            "upgraded %d chunk rows with their documents' acl in %.1f s",
-            rows,
-            time.monotonic() - started,
-        )
-    for name in old:
-        client.drop_collection(name)
-        log.info("dropped the upgraded collection %s", name)
-    return True
+    *levels, registry, knowledge_bases = layout = milvus.v3_collections()
+    copies = [
+        Copy(source, milvus.level_collection(level), V3_CHUNK_FIELDS, v3_chunk, True)
+        for level, source in zip(LEVELS, levels, strict=True)
+    ]
+    fields = ["pk", *REGISTRY_FIELDS, "marker"]
+    copies.append(Copy(registry, milvus.registry_collection, fields, _as_is))
+    fields = ["name", *KNOWLEDGE_BASE_FIELDS[1:], "marker"]
+    target = milvus.knowledge_base_collection
+    copies.append(Copy(knowledge_bases, target, fields, _as_is, key="name"))
+    return _upgrade(client, milvus, layout, V3_UPGRADE_MARKER, copies)
