@@ -37,7 +37,8 @@ RECHECK_SECONDS: Final = 1.0
 
 _KB_ID_PATTERN = r"^(\*|[a-z][a-z0-9-]{0,62})$"
 _SHA256_PATTERN = r"^[0-9a-f]{64}$"
-_KEY_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+#: A key's `id`: it names the key in logs, the audit log and metric labels.
+KEY_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 
 
 class KeyEntry(BaseModel):
@@ -45,7 +46,7 @@ class KeyEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: Annotated[str, Field(pattern=_KEY_ID_PATTERN)]
+    id: Annotated[str, Field(pattern=KEY_ID_PATTERN)]
     sha256: Annotated[str, Field(pattern=_SHA256_PATTERN)]
     role: Role
     knowledge_bases: Annotated[

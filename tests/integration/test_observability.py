@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import math
+import re
 import sys
 import threading
 from collections import Counter
@@ -25,6 +26,7 @@ from supermew.v1 import orchestrator_pb2
 from orchestrator_service import metrics as orchestrator_metrics
 from retrieval_service import metrics as retrieval_metrics
 from retrieval_service.core.errors import StoreFailed
+from shared.keys import KEY_ID_PATTERN
 from shared.logs import REQUEST_ID_HEADER, configure_logging
 from tests.fakes.model_server import HttpError, ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import start_stack
@@ -139,7 +141,12 @@ def _label_problems(samples: Samples) -> list[str]:
         for key, value in labels:
             if key == "le":
                 continue
-            ok = value.isidentifier() if key == "operation" else value in BOUNDED.get(key, set())
+            if key == "operation":
+                ok = value.isidentifier()
+            elif key == "key_id":  # the ids of the keys file, which the operator bounds
+                ok = re.fullmatch(KEY_ID_PATTERN, value) is not None
+            else:
+                ok = value in BOUNDED.get(key, set())
             if not ok:
                 problems.append(f"{name}{{{key}={value!r}}}")
     return problems

@@ -94,6 +94,7 @@ def test_only_the_named_downstream_statuses_leave_as_something_other_than_intern
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.PERMISSION_DENIED,  # retrieval refused the caller's own key
     }
 
 
