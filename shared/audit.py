@@ -19,7 +19,7 @@ from typing import IO, Any, Final
 
 import grpc
 
-from shared.access import current_principal
+from shared.access import DEFAULT_KB_ID, current_principal, kb_id_named
 from shared.errors import ConfigurationError
 from shared.logs import REQUEST_ID
 from shared.observability import Continuation, final_code, produced_items, rewrap
@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 STDOUT: Final = "stdout"
 #: Health and reflection (every `grpc.*` service) are not audited.
 UNAUDITED_PREFIX: Final = "/grpc."
-KB_PREFIX: Final = "knowledge_bases/"
-#: The knowledge base a request means when it names none.
-DEFAULT_KB_ID: Final = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +167,7 @@ class CallAudit:
         if path is None:
             return []
         named = field_values(self.request, path)
-        return _distinct(str(n).removeprefix(KB_PREFIX) for n in named) or [DEFAULT_KB_ID]
+        return _distinct(kb_id_named(str(n)) for n in named) or [DEFAULT_KB_ID]
 
     def entry(
         self,
