@@ -20,7 +20,7 @@ import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
-from shared.auth import caller_key
+from shared.auth import QUOTA_SPENT, caller_key
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
 from shared.errors import (
     DeadlineExceeded,
@@ -146,7 +146,10 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
 def translate(code: grpc.StatusCode, limit: CallLimit, details: str = "") -> DomainError:
     """The domain error for a Retrieve call that ended with `code` and `details` under
     `limit`: the caller's own error when retrieval judged a field the caller sent
-    (CALLERS_ERRORS), else the status's entry in DOWNSTREAM_ERRORS."""
+    (CALLERS_ERRORS) or refused the caller's key its quota (the caller's too: retrieval's
+    details, which say when to retry), else the status's entry in DOWNSTREAM_ERRORS."""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith(QUOTA_SPENT):
+        return ResourceExhausted(details)
     callers = CALLERS_ERRORS.get(code)
     if callers is not None:
         named = _CALLERS_FIELD.fullmatch(details)

@@ -38,6 +38,9 @@ OPEN_PREFIXES: Final = (
     "/grpc.reflection.v1.ServerReflection/",
 )
 _STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
+#: How a quota refusal's details begin (the orchestrator passes retrieval's on to the caller:
+#: it is about the caller's own key).
+QUOTA_SPENT: Final = "this key's quota is spent"
 
 
 def bearer_key(metadata: Any) -> str | None:
@@ -199,7 +202,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         wait = self.quotas.wait(principal)
         if wait > 0:
             self._rate_limited.labels(principal.key_id).inc()
-            message = f"this key's quota is spent; retry in {wait:.2f} s"
+            message = f"{QUOTA_SPENT}; retry in {wait:.2f} s"
             code = grpc.StatusCode.RESOURCE_EXHAUSTED
             return _Refusal(code, message, principal, retry_info_trailer(code, message, wait))
         try:

@@ -150,3 +150,12 @@ def test_every_other_verdict_stays_internal(downstream, details) -> None:
 
 def test_only_not_found_and_invalid_argument_can_be_the_callers() -> None:
     assert set(CALLERS_ERRORS) == {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
+
+
+def test_a_quota_refusal_of_the_callers_key_is_passed_on_with_when_to_retry() -> None:
+    details = "this key's quota is spent; retry in 3.20 s"
+    mapped = status_for(translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, details))
+    assert mapped == (grpc.StatusCode.RESOURCE_EXHAUSTED, details)
+    # Retrieval's own load shedding stays the generic "out of capacity".
+    shed = translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, "serving its limit of 256")
+    assert str(shed) == "the retrieval service is out of capacity; retry later"
