@@ -9,7 +9,7 @@ no auth at all, is UNRESTRICTED: every permission, every knowledge base, every d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
@@ -75,6 +75,38 @@ METHOD_PERMISSIONS: Final[Mapping[str, Permission]] = {
 }
 
 
+#: Where each RPC's request names its knowledge bases (a dotted field path), for messages and
+#: logs; a request naming none means the default.
+KNOWLEDGE_BASE_FIELDS: Final[Mapping[str, str]] = {
+    _RETRIEVAL + "Retrieve": "knowledge_bases",
+    _RETRIEVAL + "ListDocuments": "knowledge_base",
+    _RETRIEVAL + "GetKnowledgeBase": "name",
+    _RETRIEVAL + "IngestDocuments": "knowledge_base",
+    _RETRIEVAL + "StreamIngestDocuments": "knowledge_base",
+    _RETRIEVAL + "DeleteDocuments": "knowledge_base",
+    _RETRIEVAL + "CreateKnowledgeBase": "knowledge_base_id",
+    _RETRIEVAL + "UpdateKnowledgeBase": "knowledge_base.name",
+    _RETRIEVAL + "DeleteKnowledgeBase": "name",
+    _ORCHESTRATOR + "Run": "knowledge_bases",
+    _ORCHESTRATOR + "StreamRun": "knowledge_bases",
+    _ORCHESTRATOR + "Resume": "knowledge_bases",
+    _ORCHESTRATOR + "StreamResume": "knowledge_bases",
+}
+
+
+def knowledge_bases_named(method: str, request: Any) -> list[str]:
+    """The ids of the knowledge bases `request` of RPC `method` names (the default when it
+    names none); [] for an RPC about no one knowledge base (ListKnowledgeBases)."""
+    path = KNOWLEDGE_BASE_FIELDS.get(method)
+    if path is None:
+        return []
+    value = request
+    for part in path.split("."):
+        value = getattr(value, part, "")
+    names = [value] if isinstance(value, str) else [str(v) for v in value]
+    return list(dict.fromkeys(kb_id_named(n) for n in names if n)) or [DEFAULT_KB_ID]
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The caller of one RPC, as its key says. `groups` None: sees every document."""
@@ -100,13 +132,16 @@ class Principal:
                 f'permission "{permission}" on knowledge base "{kb_id}" is not granted to this key'
             )
 
-    def require_method(self, method: str) -> None:
-        """PERMISSION_DENIED unless the role allows the RPC `method` (`/pkg.Service/Name`)."""
+    def require_method(self, method: str, kb_ids: Sequence[str] = ()) -> None:
+        """PERMISSION_DENIED unless the role allows the RPC `method` (`/pkg.Service/Name`),
+        naming the permission and the knowledge bases the request names (`kb_ids`)."""
         permission = METHOD_PERMISSIONS.get(method)
-        if permission is None or not self.has(permission):
-            name = method.rsplit("/", 1)[-1]
-            needed = f'permission "{permission}"' if permission else "a permission"
-            raise PermissionDenied(f"{name} needs {needed}, which this key's role lacks")
+        if permission is not None and self.has(permission):
+            return
+        needed = f'permission "{permission}"' if permission else f"a permission for {method}"
+        quoted = ", ".join(f'"{kb_id}"' for kb_id in kb_ids)
+        where = f" on knowledge base{'s' if len(kb_ids) > 1 else ''} {quoted}" if kb_ids else ""
+        raise PermissionDenied(f"{needed}{where} is not granted to this key")
 
     def sees(self, metadata: Mapping[str, Any] | None) -> bool:
         """Whether a document with this metadata is visible (the module docstring's rule)."""

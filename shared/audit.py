@@ -19,7 +19,7 @@ from typing import IO, Any, Final
 
 import grpc
 
-from shared.access import DEFAULT_KB_ID, current_principal, kb_id_named
+from shared.access import current_principal, knowledge_bases_named
 from shared.errors import ConfigurationError
 from shared.logs import REQUEST_ID
 from shared.observability import Continuation, final_code, produced_items, rewrap
@@ -35,11 +35,11 @@ UNAUDITED_PREFIX: Final = "/grpc."
 
 @dataclass(frozen=True, slots=True)
 class AuditRow:
-    """Where one RPC's audited fields are, as dotted paths into its request (`knowledge_bases`,
-    `filter`, `question`, `deleted`) or into each message it answers (`written`, `returned`).
+    """Where one RPC's audited fields are, as dotted paths into its request (`filter`,
+    `question`, `deleted`) or into each message it answers (`written`, `returned`); its
+    knowledge bases are where `shared.access.KNOWLEDGE_BASE_FIELDS` says.
     A path step over a repeated field reads every element. None: the RPC has no such field."""
 
-    knowledge_bases: str | None = None
     filter: str | None = None
     question: str | None = None
     deleted: tuple[str, ...] = ()
@@ -53,49 +53,36 @@ _ORCHESTRATOR = "/supermew.v1.OrchestratorService/"
 #: method missing here is still audited, with its key, peer, RPC and code only.
 AUDIT_ROWS: Final[Mapping[str, AuditRow]] = {
     _RETRIEVAL + "Retrieve": AuditRow(
-        knowledge_bases="knowledge_bases",
         filter="filter",
         question="query",
         returned="docs.document_id",
     ),
-    _RETRIEVAL + "IngestDocuments": AuditRow(
-        knowledge_bases="knowledge_base", written="documents.document_id"
-    ),
-    _RETRIEVAL + "StreamIngestDocuments": AuditRow(
-        knowledge_bases="knowledge_base", written="result.documents.document_id"
-    ),
+    _RETRIEVAL + "IngestDocuments": AuditRow(written="documents.document_id"),
+    _RETRIEVAL + "StreamIngestDocuments": AuditRow(written="result.documents.document_id"),
     # The response counts chunks only: the ids are the ones the request named.
-    _RETRIEVAL + "DeleteDocuments": AuditRow(
-        knowledge_bases="knowledge_base", deleted=("document_ids", "filenames")
-    ),
-    _RETRIEVAL + "ListDocuments": AuditRow(
-        knowledge_bases="knowledge_base", returned="documents.document_id"
-    ),
-    _RETRIEVAL + "CreateKnowledgeBase": AuditRow(knowledge_bases="knowledge_base_id"),
-    _RETRIEVAL + "GetKnowledgeBase": AuditRow(knowledge_bases="name"),
+    _RETRIEVAL + "DeleteDocuments": AuditRow(deleted=("document_ids", "filenames")),
+    _RETRIEVAL + "ListDocuments": AuditRow(returned="documents.document_id"),
+    _RETRIEVAL + "CreateKnowledgeBase": AuditRow(),
+    _RETRIEVAL + "GetKnowledgeBase": AuditRow(),
     _RETRIEVAL + "ListKnowledgeBases": AuditRow(),
-    _RETRIEVAL + "UpdateKnowledgeBase": AuditRow(knowledge_bases="knowledge_base.name"),
-    _RETRIEVAL + "DeleteKnowledgeBase": AuditRow(knowledge_bases="name"),
+    _RETRIEVAL + "UpdateKnowledgeBase": AuditRow(),
+    _RETRIEVAL + "DeleteKnowledgeBase": AuditRow(),
     _ORCHESTRATOR + "Run": AuditRow(
-        knowledge_bases="knowledge_bases",
         filter="filter",
         question="question",
         returned="docs.document_id",
     ),
     _ORCHESTRATOR + "StreamRun": AuditRow(
-        knowledge_bases="knowledge_bases",
         filter="filter",
         question="question",
         returned="result.docs.document_id",
     ),
     _ORCHESTRATOR + "Resume": AuditRow(
-        knowledge_bases="knowledge_bases",
         filter="filter",
         question="user_answer",
         returned="docs.document_id",
     ),
     _ORCHESTRATOR + "StreamResume": AuditRow(
-        knowledge_bases="knowledge_bases",
         filter="filter",
         question="user_answer",
         returned="result.docs.document_id",
@@ -163,11 +150,7 @@ class CallAudit:
     def knowledge_bases(self) -> list[str]:
         """Bare ids of what the request names (`knowledge_bases/x` → `x`); the default one
         when it names none; none for an RPC without a knowledge-base field."""
-        path = self.row.knowledge_bases
-        if path is None:
-            return []
-        named = field_values(self.request, path)
-        return _distinct(kb_id_named(str(n)) for n in named) or [DEFAULT_KB_ID]
+        return knowledge_bases_named(self.method, self.request)
 
     def entry(
         self,

@@ -6,7 +6,8 @@ charged to its quota, and its role checked against the RPC, in that order:
 - past the key's `rate_per_second` / `burst` → RESOURCE_EXHAUSTED carrying `google.rpc.RetryInfo`
   (the rich error model: a `grpc-status-details-bin` trailer), counted in
   `supermew_rate_limited_total{key_id}`;
-- a role without the RPC's permission → PERMISSION_DENIED naming the permission.
+- a role without the RPC's permission → PERMISSION_DENIED naming the permission and the
+  knowledge bases the request names.
 
 Knowledge bases and documents are checked by the servicers, which know what a request names;
 they read the caller from `shared.access.current_principal()`, set here inside the call's own
@@ -26,7 +27,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from prometheus_client import CollectorRegistry, Counter
 
-from shared.access import Principal, set_current_principal
+from shared.access import Principal, knowledge_bases_named, set_current_principal
 from shared.errors import PermissionDenied
 from shared.keys import KeyRing
 from shared.observability import Continuation, rewrap
@@ -166,21 +167,34 @@ def caller_key() -> str | None:
     return _CALLER_KEY.get()
 
 
+async def _admitted(
+    principal: Principal, key: str, method: str, request: Any, context: grpc.aio.ServicerContext
+) -> None:
+    """Makes `principal` the call's, then refuses the call unless its role allows `method`
+    (PERMISSION_DENIED naming the permission and the request's knowledge bases)."""
+    set_current_principal(principal)
+    _CALLER_KEY.set(key)
+    try:
+        principal.require_method(method, knowledge_bases_named(method, request))
+    except PermissionDenied as exc:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
+
+
 def _as(
-    principal: Principal, key: str, behavior: Callable[..., Awaitable[Any]]
+    principal: Principal, key: str, method: str, behavior: Callable[..., Awaitable[Any]]
 ) -> Callable[..., Any]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        set_current_principal(principal)
-        _CALLER_KEY.set(key)
+        await _admitted(principal, key, method, request, context)
         return await behavior(request, context)
 
     return call
 
 
-def _as_stream(principal: Principal, key: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+def _as_stream(
+    principal: Principal, key: str, method: str, behavior: Callable[..., Any]
+) -> Callable[..., Any]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        set_current_principal(principal)
-        _CALLER_KEY.set(key)
+        await _admitted(principal, key, method, request, context)
         async for item in behavior(request, context):
             yield item
 
@@ -196,6 +210,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._rate_limited = _counter_for(registry)
 
     def decide(self, method: str, key: str | None) -> Principal | _Refusal:
+        """Authentication and quota; the role is checked with the request (`_admitted`)."""
         principal = self.ring.authenticate(key) if key else None
         if principal is None:
             return _Refusal(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown API key")
@@ -205,10 +220,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             message = f"{QUOTA_SPENT}; retry in {wait:.2f} s"
             code = grpc.StatusCode.RESOURCE_EXHAUSTED
             return _Refusal(code, message, principal, retry_info_trailer(code, message, wait))
-        try:
-            principal.require_method(method)
-        except PermissionDenied as exc:
-            return _Refusal(grpc.StatusCode.PERMISSION_DENIED, exc.message, principal)
         return principal
 
     async def intercept_service(
@@ -226,6 +237,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         assert key is not None  # a principal comes only from a key
         return rewrap(
             handler,
-            lambda behavior: _as(principal, key, behavior),
-            lambda behavior: _as_stream(principal, key, behavior),
+            lambda behavior: _as(principal, key, method, behavior),
+            lambda behavior: _as_stream(principal, key, method, behavior),
         )

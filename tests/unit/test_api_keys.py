@@ -22,6 +22,7 @@ from shared.access import (
     Role,
     document_visible,
     kb_id_named,
+    knowledge_bases_named,
 )
 from shared.auth import Quotas, bearer_key
 from shared.errors import ConfigurationError, InvalidArgument, PermissionDenied
@@ -80,6 +81,50 @@ def test_permission_denied_names_the_permission_and_knowledge_base_not_the_key()
     with pytest.raises(PermissionDenied, match='"read" on knowledge base "team-b"'):
         key.require(Permission.READ, "team-b")
     key.require(Permission.READ, "team-a")
+
+
+def test_a_role_without_the_rpcs_permission_is_told_which_and_where() -> None:
+    reader = principal(Role.READER, "*")
+    delete_kb = "/supermew.v1.RetrievalService/DeleteKnowledgeBase"
+    with pytest.raises(PermissionDenied) as denied:
+        reader.require_method(delete_kb, ["team-a"])
+    assert denied.value.message == (
+        'permission "manage" on knowledge base "team-a" is not granted to this key'
+    )
+    reader.require_method("/supermew.v1.OrchestratorService/Run", ["team-a"])
+
+
+@pytest.mark.parametrize(
+    ("method", "request_", "named"),
+    [
+        ("Retrieve", retrieval_pb2.RetrieveRequest(), ["default"]),
+        (
+            "Retrieve",
+            retrieval_pb2.RetrieveRequest(knowledge_bases=["a", "knowledge_bases/b"]),
+            ["a", "b"],
+        ),
+        (
+            "DeleteKnowledgeBase",
+            retrieval_pb2.DeleteKnowledgeBaseRequest(name="knowledge_bases/x"),
+            ["x"],
+        ),
+        (
+            "UpdateKnowledgeBase",
+            retrieval_pb2.UpdateKnowledgeBaseRequest(
+                knowledge_base=retrieval_pb2.KnowledgeBase(name="knowledge_bases/y")
+            ),
+            ["y"],
+        ),
+        (
+            "CreateKnowledgeBase",
+            retrieval_pb2.CreateKnowledgeBaseRequest(knowledge_base_id="z"),
+            ["z"],
+        ),
+        ("ListKnowledgeBases", retrieval_pb2.ListKnowledgeBasesRequest(), []),
+    ],
+)
+def test_knowledge_bases_named(method: str, request_: object, named: list[str]) -> None:
+    assert knowledge_bases_named(f"/supermew.v1.RetrievalService/{method}", request_) == named
 
 
 def test_star_means_every_knowledge_base() -> None:
