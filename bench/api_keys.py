@@ -32,10 +32,8 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from bench._hashing import HashingEmbedder
 from bench._retrieval_rig import bench_settings, p50_p95, quiet, scratch_db, table
-from retrieval_service.bootstrap import RetrievalApp, create_app
+from retrieval_service.bootstrap import RetrievalApp, create_app, retrieval_server
 from retrieval_service.core.ingest import SourceDocument
-from retrieval_service.settings import SERVICE_NAME
-from shared.serve import GrpcServer
 
 TARGET_RATIO = 1.2
 GROUPS = 40
@@ -91,14 +89,7 @@ async def serving(
     app: RetrievalApp, db: str, **auth: str
 ) -> AsyncIterator[retrieval_pb2_grpc.RetrievalServiceStub]:
     settings = bench_settings(db).model_copy(update=auth)
-    server = GrpcServer(
-        settings,
-        port=0,
-        service_names=[SERVICE_NAME],
-        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            app.servicer, s
-        ),
-    )
+    server = retrieval_server(app, settings, port=0)
     port = await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:

@@ -43,13 +43,11 @@ from bench._hashing import HashingEmbedder
 from bench._retrieval_rig import bench_settings, p50_p95, quiet, scratch_db, store_uri, table
 from bench.retrieval_latency import zipf_words
 from retrieval_service.adapters.milvus.chunk_store import store_row
-from retrieval_service.bootstrap import RetrievalApp, create_app
+from retrieval_service.bootstrap import RetrievalApp, create_app, retrieval_server
 from retrieval_service.core.chunking import ChunkRecord
 from retrieval_service.core.documents import DocumentEntry
 from retrieval_service.core.embedding import normalise
 from retrieval_service.core.ports import ProgressCallback, StoredChunk
-from retrieval_service.settings import SERVICE_NAME
-from shared.serve import GrpcServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 384
@@ -185,14 +183,7 @@ async def served(db: str) -> AsyncIterator[Served]:
     embedder = CountingEmbedder()
     settings = bench_settings(db)
     app = await create_app(settings, embedder=embedder)
-    server = GrpcServer(
-        settings,
-        port=0,
-        service_names=[SERVICE_NAME],
-        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            app.servicer, s
-        ),
-    )
+    server = retrieval_server(app, settings, port=0)
     port = await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:

