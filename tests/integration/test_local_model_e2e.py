@@ -9,17 +9,14 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 import pytest_asyncio
-from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
+from supermew.v1 import orchestrator_pb2
 
-from orchestrator_service.bootstrap import build_app
 from orchestrator_service.cli import print_result, result_to_dict
-from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.bootstrap import seed_samples
 from shared.codec import rag_trace_from_proto
-from tests.integration.retrieval_harness import running_service
+from tests.integration.retrieval_harness import local_orchestrator, running_service
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -29,23 +26,8 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 async def stub(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[object]:
     async with running_service(tmp_path_factory.mktemp("kb") / "kb.db", chunking=None) as kb:
         assert await seed_samples(kb.app, str(SAMPLES)) == len(list(SAMPLES.iterdir()))
-        settings = OrchestratorSettings(
-            _env_file=None,
-            orchestrator_port=0,
-            bind_host="127.0.0.1",
-            retrieval_addr=f"127.0.0.1:{kb.port}",
-            llm_base_url=None,
-        )
-        app = build_app(settings)
-        assert app.model.name == "local"
-        port = await app.server.start()
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        try:
-            yield orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
-        finally:
-            await channel.close()
-            await app.server.stop(0)
-            await app.aclose()
+        async with local_orchestrator(kb.port) as orchestrator:
+            yield orchestrator
 
 
 async def run(
