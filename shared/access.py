@@ -143,10 +143,6 @@ class Principal:
         where = f" on knowledge base{'s' if len(kb_ids) > 1 else ''} {quoted}" if kb_ids else ""
         raise PermissionDenied(f"{needed}{where} is not granted to this key")
 
-    def sees(self, metadata: Mapping[str, Any] | None) -> bool:
-        """Whether a document with this metadata is visible (the module docstring's rule)."""
-        return document_visible(metadata, self.groups)
-
 
 def document_visible(metadata: Mapping[str, Any] | None, groups: frozenset[str] | None) -> bool:
     """A document is visible when `groups` is None (unrestricted), it has no `acl`, or its

@@ -164,7 +164,7 @@ def test_document_visibility(
 
 
 def test_unrestricted_sees_everything() -> None:
-    assert UNRESTRICTED.sees({"acl": ["nobody"]})
+    assert document_visible({"acl": ["nobody"]}, UNRESTRICTED.groups)
     assert UNRESTRICTED.may_use("any") and UNRESTRICTED.has(Permission.MANAGE)
 
 
