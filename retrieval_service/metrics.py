@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import types
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from retrieval_service.settings import SERVICE_NAME
 from shared.metrics import LATENCY_BUCKETS, OTHER, bounded, registry_for
@@ -78,6 +78,34 @@ MILVUS_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+#: `operation` of a failed control-plane database call: the store method it came from.
+DB_OPERATIONS = (
+    "connect",
+    "migrate",
+    "knowledge_bases.create",
+    "knowledge_bases.put",
+    "knowledge_bases.get",
+    "knowledge_bases.remove",
+    "knowledge_bases.all",
+    "knowledge_bases.mark_deleting",
+    "registry.put",
+    "registry.remove",
+    "registry.read",
+    "registry.counts",
+    "upgrade",
+)
+DB_ERRORS = Counter(
+    "supermew_db_errors_total",
+    "Failed control-plane database calls (DATABASE_URL), by store operation.",
+    ("operation",),
+    registry=REGISTRY,
+)
+DB_POOL_IN_USE = Gauge(
+    "supermew_db_pool_in_use",
+    "Control-plane database connections checked out of the pool right now.",
+    registry=REGISTRY,
+)
+
 #: One timer per stage, bound once: `with STAGE["recall"].time(): …`.
 STAGE = {stage: STAGE_DURATION.labels(stage) for stage in STAGES}
 
@@ -130,3 +158,7 @@ def milvus_operation(exc: BaseException) -> str:
 
 def record_milvus_error(exc: BaseException) -> None:
     MILVUS_ERRORS.labels(milvus_operation(exc)).inc()
+
+
+def record_db_error(operation: str) -> None:
+    DB_ERRORS.labels(bounded(operation, DB_OPERATIONS)).inc()

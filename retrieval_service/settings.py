@@ -25,6 +25,22 @@ class RetrievalSettings(ServerSettings):
     )
     milvus_token: str | None = None
     milvus_collection: str = "supermew_chunks"
+    # The control plane (docs/api.md#database): knowledge bases, documents, versions, leases.
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the control-plane database: sqlite+aiosqlite:///path "
+        "(unset: a file beside the Milvus Lite file) or "
+        "postgresql+asyncpg://user:password@host:port/db (required for several replicas).",
+    )
+    database_pool_size: int = Field(10, ge=1, le=1000)
+    database_timeout_seconds: float = Field(
+        10.0, gt=0, description="Connect, pool checkout and statement timeout, in seconds."
+    )
+    migrate_on_start: bool = Field(
+        True,
+        description="Migrate the database schema at start-up; false: a schema older than the "
+        "code refuses start-up (run `python -m retrieval_service db upgrade`).",
+    )
     ingest_lease_seconds: float = Field(
         30.0,
         ge=1,

@@ -9,10 +9,22 @@ from shared.errors import DependencyUnavailable, InternalFailure
 
 
 class StoreUnavailable(DependencyUnavailable):
-    """The vector store cannot be reached (the caller may retry): UNAVAILABLE."""
+    """The vector store cannot be reached (the caller may retry): UNAVAILABLE. `dependency`
+    names the store in the message: "milvus" (the chunks), or "database" (the control
+    records: knowledge bases and the document registry)."""
 
-    def __init__(self, message: str = "the vector store cannot be reached") -> None:
-        super().__init__("milvus", message)
+    def __init__(
+        self, message: str = "the vector store cannot be reached", *, dependency: str = "milvus"
+    ) -> None:
+        super().__init__(dependency, message)
+
+
+class DatabaseUnavailable(StoreUnavailable):
+    """The control-plane database (DATABASE_URL) cannot be reached or timed out: UNAVAILABLE
+    naming the database; nothing of the call was committed."""
+
+    def __init__(self, message: str = "the control-plane database cannot be reached") -> None:
+        super().__init__(message, dependency="database")
 
 
 class StoreFailed(InternalFailure):

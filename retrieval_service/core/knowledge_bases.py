@@ -13,16 +13,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from retrieval_service.core.documents import (
-    COMMITTED,
-    LEVELS,
-    current_of,
     decode_page_token,
     encode_page_token,
 )
 from retrieval_service.core.identity import DEFAULT_KB, check_kb_id, kb_id_of, kb_name
 from retrieval_service.core.ingest.validation import list_page_size
 from retrieval_service.core.ports import DocumentRegistry, KnowledgeBaseStore
-from shared.access import document_visible
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -124,10 +120,8 @@ class KnowledgeBases:
 
     async def ensure_default(self) -> None:
         """Creates `knowledge_bases/default` when the store has none (the first start)."""
-        if await self._store.get(DEFAULT_KB) is None:
-            await self._store.put(
-                KnowledgeBaseRecord(DEFAULT_KB, "Default", "", int(time.time() * 1000))
-            )
+        record = KnowledgeBaseRecord(DEFAULT_KB, "Default", "", int(time.time() * 1000))
+        if await self._store.create(record):
             log.info("created %s", DEFAULT_KB)
 
     # ---- the RPCs --------------------------------------------------------------------------
@@ -137,10 +131,9 @@ class KnowledgeBases:
     ) -> KnowledgeBase:
         name = "knowledge_bases/" + check_kb_id(kb_id, "knowledge_base_id")
         _check_texts(display_name, description, "knowledge_base.")
-        if await self._store.get(name) is not None:
-            raise AlreadyExists("knowledge_base_id", f"{name!r} already exists")
         record = KnowledgeBaseRecord(name, display_name, description, int(time.time() * 1000))
-        await self._store.put(record)
+        if not await self._store.create(record):  # atomic: one of concurrent creates wins
+            raise AlreadyExists("knowledge_base_id", f"{name!r} already exists")
         return KnowledgeBase(record, 0, 0)
 
     async def get(
@@ -241,13 +234,8 @@ class KnowledgeBases:
         self, records: Sequence[KnowledgeBaseRecord], groups: frozenset[str] | None = None
     ) -> list[KnowledgeBase]:
         """Each record with its current documents visible to `groups` (None: all) and their
-        chunks over all levels (from the registry's records: no chunk is scanned)."""
-        out = []
-        for record in records:
-            keys = await self._registry.scan(record.name)
-            live = [k for k in current_of(keys).values() if k.state == COMMITTED]
-            entries = await self._registry.full(live) if live else []
-            seen = [e for e in entries if document_visible(e.metadata, groups)]
-            chunks = sum(e.level_count(lvl) for e in seen for lvl in LEVELS)
-            out.append(KnowledgeBase(record, len(seen), chunks))
-        return out
+        chunks over all levels (the registry's counts: no chunk is scanned)."""
+        if not records:
+            return []
+        counts = await self._registry.counts([r.name for r in records], groups)
+        return [KnowledgeBase(r, *counts.get(r.name, (0, 0))) for r in records]

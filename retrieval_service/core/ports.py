@@ -176,9 +176,23 @@ class DocumentRegistry(Protocol):
         time."""
         ...
 
+    async def counts(
+        self, knowledge_bases: Sequence[str], groups: frozenset[str] | None = None
+    ) -> dict[str, tuple[int, int]]:
+        """(current documents, their chunks over all levels) of each knowledge base, counting
+        only the documents visible to `groups` (None: all; `shared.access.document_visible`)."""
+        ...
+
 
 class KnowledgeBaseStore(Protocol):
-    """The knowledge-base records (`knowledge_bases.KnowledgeBaseRecord`), by name."""
+    """The knowledge-base records (`knowledge_bases.KnowledgeBaseRecord`), by name (unique).
+    Writes of the document registry into a knowledge base that is missing or not ACTIVE are
+    refused (NOT_FOUND), atomically with the write."""
+
+    async def create(self, record: KnowledgeBaseRecord) -> bool:
+        """Inserts the record unless its name exists (atomic across replicas); returns
+        whether it did."""
+        ...
 
     async def put(self, record: KnowledgeBaseRecord) -> None:
         """Inserts or replaces one record (atomic)."""

@@ -18,7 +18,7 @@ import copy
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,9 +40,10 @@ from retrieval_service.core.documents import (
 from retrieval_service.core.errors import StoreFailed, StoreUnavailable
 from retrieval_service.core.filters import matches
 from retrieval_service.core.identity import DEFAULT_KB
-from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
+from retrieval_service.core.knowledge_bases import ACTIVE, KnowledgeBaseRecord
 from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
 from shared.access import document_visible
+from shared.errors import NotFound
 from shared.lexical import bm25_text
 
 # What the BM25 analyser reads as one term: a CJK character or a run of letters and digits.
@@ -334,11 +335,21 @@ class InMemoryChunkRepository:
 
 class InMemoryDocumentRegistry:
     """`core.ports.DocumentRegistry` in memory: one record per (knowledge base, document_id,
-    version). Reads return copies, as a round trip through the store would."""
+    version). Reads return copies, as a round trip through the store would. Given the
+    `knowledge_bases` store, it behaves as the database does: a write into a knowledge base
+    that is missing or not ACTIVE is refused (NOT_FOUND), and removing a knowledge base
+    removes its records."""
 
-    def __init__(self) -> None:
+    def __init__(self, knowledge_bases: InMemoryKnowledgeBaseStore | None = None) -> None:
         self.faults = Faults()
         self._records: dict[tuple[str, str, str], DocumentEntry] = {}
+        self._knowledge_bases = knowledge_bases
+        if knowledge_bases is not None:
+            knowledge_bases.on_remove.append(self._drop_knowledge_base)
+
+    def _drop_knowledge_base(self, name: str) -> None:
+        for pk in [pk for pk in self._records if pk[0] == name]:
+            del self._records[pk]
 
     async def _enter(self, method: str) -> None:
         await asyncio.sleep(0)
@@ -369,6 +380,11 @@ class InMemoryDocumentRegistry:
 
     async def put(self, *entries: DocumentEntry) -> None:
         await self._enter("put")
+        if self._knowledge_bases is not None:
+            for name in sorted({e.knowledge_base for e in entries}):
+                record = self._knowledge_bases.peek(name)
+                if record is None or record.state != ACTIVE:
+                    raise NotFound("knowledge_base", f"knowledge base {name!r} does not exist")
         for entry in entries:
             self._records[self._pk(entry)] = self._copy(entry)
 
@@ -444,6 +460,18 @@ class InMemoryDocumentRegistry:
         token = encode_page_token(entries[-1].document_id) if more and entries else ""
         return DocumentPage(entries, token)
 
+    async def counts(
+        self, knowledge_bases: Sequence[str], groups: frozenset[str] | None = None
+    ) -> dict[str, tuple[int, int]]:
+        await self._enter("counts")
+        out: dict[str, tuple[int, int]] = {}
+        for name in knowledge_bases:
+            current = current_of(k for k in self._keys(name) if k.state != PENDING)
+            live = [self._records[self._pk(k)] for k in current.values() if k.state == COMMITTED]
+            seen = [e for e in live if document_visible(e.metadata, groups)]
+            out[name] = (len(seen), sum(e.level_count(lvl) for e in seen for lvl in (1, 2, 3)))
+        return out
+
     # ---- inspection (tests only) -----------------------------------------------------------
 
     def entries(self) -> list[DocumentEntry]:
@@ -457,6 +485,19 @@ class InMemoryKnowledgeBaseStore:
     def __init__(self) -> None:
         self.faults = Faults()
         self._records: dict[str, KnowledgeBaseRecord] = {}
+        #: Called with the name of each removed record (a linked registry's cascade).
+        self.on_remove: list[Callable[[str], None]] = []
+
+    def peek(self, name: str) -> KnowledgeBaseRecord | None:
+        """The record, without a store call (what the registry's own check reads)."""
+        return self._records.get(name)
+
+    async def create(self, record: KnowledgeBaseRecord) -> bool:
+        await self._enter("create")
+        if record.name in self._records:
+            return False
+        self._records[record.name] = record
+        return True
 
     async def _enter(self, method: str) -> None:
         await asyncio.sleep(0)
@@ -473,6 +514,8 @@ class InMemoryKnowledgeBaseStore:
     async def remove(self, name: str) -> None:
         await self._enter("remove")
         self._records.pop(name, None)
+        for hook in self.on_remove:
+            hook(name)
 
     async def all(self) -> list[KnowledgeBaseRecord]:
         await self._enter("all")

@@ -199,11 +199,13 @@ class MilvusStore:
         return f"{self._prefix}_knowledge_bases"
 
     def all_collections(self) -> list[str]:
-        return [
-            *(self.level_collection(lvl) for lvl in LEVELS),
-            self.registry_collection,
-            self.knowledge_base_collection,
-        ]
+        """The chunk collections, one per level: all that Milvus holds now."""
+        return [self.level_collection(lvl) for lvl in LEVELS]
+
+    def control_collections(self) -> list[str]:
+        """The registry and knowledge-base collections of the layout before the control
+        plane moved into the database (`adapters/sql/upgrade.py` moves and drops them)."""
+        return [self.registry_collection, self.knowledge_base_collection]
 
     def v2_collections(self) -> list[str]:
         """The collections of the layout before knowledge bases (`upgrade.py`): the three
@@ -273,7 +275,7 @@ class MilvusStore:
             )
 
     def _ensure(self, client: Any) -> None:
-        wanted = [
+        wanted: list[tuple[str, Any, Callable[[], Any]]] = [
             (
                 self.level_collection(level),
                 schema.chunk_schema(self.config.dim),
@@ -281,20 +283,15 @@ class MilvusStore:
             )
             for level in LEVELS
         ]
-        wanted.append(
-            (
-                self.registry_collection,
-                schema.registry_schema(),
-                lambda: schema.registry_index_params(client),
-            )
-        )
-        wanted.append(
-            (
-                self.knowledge_base_collection,
-                schema.knowledge_base_schema(),
-                lambda: schema.registry_index_params(client),
-            )
-        )
+        # The control collections of an older store: kept for the upgrades that read them (an
+        # older layout's upgrade writes into them first), never created for a new store.
+        older = any(client.has_collection(n) for n in self.v2_collections() + self.v3_collections())
+        for name, expected in (
+            (self.registry_collection, schema.registry_schema()),
+            (self.knowledge_base_collection, schema.knowledge_base_schema()),
+        ):
+            if older or client.has_collection(name):
+                wanted.append((name, expected, lambda: schema.registry_index_params(client)))
         for name, expected, index_params in wanted:
             if client.has_collection(name):
                 self._check_existing(client, name, expected)

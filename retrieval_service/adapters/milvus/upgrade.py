@@ -1,5 +1,6 @@
-"""The in-place upgrades of a store written by an earlier layout, at start-up, into the current
-(`_v4`) collections; nothing is embedded again:
+"""The in-place upgrades of a store written by an earlier layout, at start-up, into the `_v4`
+collections (whose registry and knowledge-base records then move into the control-plane
+database: `adapters/sql/upgrade.py`); nothing is embedded again:
 
 - `_v3` (knowledge bases, before document access: docs/api.md#document-access): every row is
   copied as it is, each chunk row given its document's `acl` column (`filters.acl_column`,
@@ -165,7 +166,7 @@ def _upgrade(
                 copied[c.source] = _copy(
                     client, c.source, c.target, c.fields, c.convert, write, c.key
                 )
-        for name in milvus.all_collections():
+        for name in [*milvus.all_collections(), *milvus.control_collections()]:
             client.flush(name)
         _mark(client, marker, marker_name, old)
         counts = ", ".join(f"{n} rows of {name}" for name, n in copied.items())

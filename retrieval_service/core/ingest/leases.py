@@ -27,6 +27,7 @@ from retrieval_service.core.documents import (
 )
 from retrieval_service.core.errors import STORE_FAILURES, StoreUnavailable
 from retrieval_service.core.ports import DocumentRegistry
+from shared.errors import NotFound
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,13 @@ class Lease:
                 await self.renew()
             except LeaseLapsed:
                 log.error("the lease of %s lapsed; the write will commit nothing", self._named())
+                return
+            except NotFound:
+                # The knowledge base was deleted meanwhile: the write can never commit.
+                self._lost = True
+                log.error(
+                    "the knowledge base of %s is gone; the write will commit nothing", self._named()
+                )
                 return
             except STORE_FAILURES:
                 left = max(0, self._expires_ms - self._clock()) / 1000

@@ -1,0 +1,71 @@
+"""The knowledge-base records in the control-plane database (the `KnowledgeBaseStore` port):
+`knowledge_bases`, name unique, so two replicas creating one id at once get one row and one
+`False` (ALREADY_EXISTS), never two. Removing a record removes its documents' records with it
+(foreign keys, ON DELETE CASCADE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from retrieval_service.adapters.sql.database import Database
+from retrieval_service.adapters.sql.registry import dialect_insert, upsert
+from retrieval_service.adapters.sql.tables import knowledge_bases
+from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
+
+_K = knowledge_bases.c
+
+
+def _row(record: KnowledgeBaseRecord) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "display_name": record.display_name,
+        "description": record.description,
+        "create_time": record.create_time,
+        "state": record.state,
+    }
+
+
+def _record(row: Any) -> KnowledgeBaseRecord:
+    return KnowledgeBaseRecord(
+        name=row.name,
+        display_name=row.display_name,
+        description=row.description,
+        create_time=int(row.create_time),
+        state=int(row.state),
+    )
+
+
+class SqlKnowledgeBaseStore:
+    """The `KnowledgeBaseStore` port on the control-plane database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, record: KnowledgeBaseRecord) -> bool:
+        statement = dialect_insert(self._db, knowledge_bases).on_conflict_do_nothing(
+            index_elements=["name"]
+        )
+        async with self._db.write("knowledge_bases.create") as connection:
+            result = await connection.execute(statement, _row(record))
+        return bool(result.rowcount == 1)
+
+    async def put(self, record: KnowledgeBaseRecord) -> None:
+        statement = upsert(self._db, knowledge_bases, ("name",))
+        async with self._db.write("knowledge_bases.put") as connection:
+            await connection.execute(statement, _row(record))
+
+    async def get(self, name: str) -> KnowledgeBaseRecord | None:
+        async with self._db.read("knowledge_bases.get") as connection:
+            row = (await connection.execute(select(knowledge_bases).where(_K.name == name))).first()
+        return _record(row) if row is not None else None
+
+    async def remove(self, name: str) -> None:
+        async with self._db.write("knowledge_bases.remove") as connection:
+            await connection.execute(delete(knowledge_bases).where(_K.name == name))
+
+    async def all(self) -> list[KnowledgeBaseRecord]:
+        async with self._db.read("knowledge_bases.all") as connection:
+            rows = await connection.execute(select(knowledge_bases).order_by(_K.name))
+            return [_record(row) for row in rows]

@@ -1,0 +1,342 @@
+"""The document registry in the control-plane database (the `DocumentRegistry` port): one row
+of `document_versions` per version, and `documents`, the current version of each live
+document, rewritten in the same transaction as every write that can change it — so a commit
+record and the document's current version change together or not at all, and counts,
+listings and the readers' version filter are keyed reads, never scans.
+
+Every write checks, in its transaction, that its knowledge base exists and is ACTIVE, holding
+the knowledge base's row (PostgreSQL: FOR SHARE) until it commits: a forced deletion marks the
+row DELETING under an exclusive lock, so a write either commits before the mark (and the
+deletion's purge removes it) or fails NOT_FOUND after it (and its writer removes its rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import and_, delete, func, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from retrieval_service.adapters.sql.database import Database
+from retrieval_service.adapters.sql.tables import document_versions, documents, knowledge_bases
+from retrieval_service.core.documents import (
+    COMMITTED,
+    LEVELS,
+    PENDING,
+    DocKey,
+    DocumentEntry,
+    DocumentPage,
+    RecordKey,
+    decode_page_token,
+    encode_page_token,
+)
+from retrieval_service.core.identity import DEFAULT_KB
+from shared.access import ACL_KEY, document_visible
+from shared.errors import NotFound
+
+#: Ids per statement: well under SQLite's 32,766 bound parameters and PostgreSQL's 65,535.
+_BATCH = 500
+_V = document_versions.c
+_D = documents.c
+#: The columns a scan reads (no chunk counts, metadata or fingerprint).
+_KEY_COLUMNS = (_V.knowledge_base, _V.document_id, _V.version, _V.state, _V.lease_expires_ms)
+#: ACTIVE (`core.knowledge_bases`); the only state that accepts writes.
+_ACTIVE = 0
+
+
+def _chunks(items: Sequence[Any], size: int = _BATCH) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _version_row(entry: DocumentEntry) -> dict[str, Any]:
+    return {
+        "knowledge_base": entry.knowledge_base,
+        "document_id": entry.document_id,
+        "version": entry.version,
+        "state": entry.state,
+        "filename": entry.filename,
+        "file_type": entry.file_type,
+        "pages": entry.pages,
+        "page_counts": entry.page_counts,
+        "metadata": entry.metadata,
+        "content_sha256": entry.content_sha256,
+        "size_bytes": entry.size_bytes,
+        "ingest_time": entry.ingest_time,
+        "fingerprint": entry.fingerprint,
+        "lease_expires_ms": 0 if entry.state == COMMITTED else entry.lease_expires_ms,
+    }
+
+
+def entry_of(row: Any) -> DocumentEntry:
+    """The record a `document_versions` row holds."""
+    return DocumentEntry(
+        filename=row["filename"],
+        file_type=row["file_type"],
+        pages=int(row["pages"]),
+        page_counts={page: list(counts) for page, counts in dict(row["page_counts"]).items()},
+        version=row["version"],
+        state=int(row["state"]),
+        knowledge_base=row["knowledge_base"],
+        document_id=row["document_id"],
+        metadata=dict(row["metadata"] or {}),
+        content_sha256=row["content_sha256"],
+        size_bytes=int(row["size_bytes"]),
+        ingest_time=int(row["ingest_time"]),
+        fingerprint=row["fingerprint"],
+        lease_expires_ms=int(row["lease_expires_ms"]),
+    )
+
+
+def _key_of(row: Any) -> RecordKey:
+    state = int(row.state)
+    lease = 0 if state == COMMITTED else int(row.lease_expires_ms)
+    return RecordKey(row.document_id, row.version, state, row.knowledge_base, lease)
+
+
+def _document_row(entry: DocumentEntry) -> dict[str, Any]:
+    l1, l2, l3 = (entry.level_count(level) for level in LEVELS)
+    return {
+        "knowledge_base": entry.knowledge_base,
+        "document_id": entry.document_id,
+        "version": entry.version,
+        "content_sha256": entry.content_sha256,
+        "metadata": entry.metadata,
+        "acl": entry.metadata.get(ACL_KEY),
+        "size_bytes": entry.size_bytes,
+        "ingest_time": entry.ingest_time,
+        "l1_chunks": l1,
+        "l2_chunks": l2,
+        "l3_chunks": l3,
+    }
+
+
+def dialect_insert(db: Database, table: Any) -> Any:
+    """INSERT with the engine's ON CONFLICT clauses."""
+    return (postgresql.insert if db.dialect == "postgresql" else sqlite.insert)(table)
+
+
+def upsert(db: Database, table: Any, keys: Sequence[str]) -> Any:
+    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column."""
+    statement = dialect_insert(db, table)
+    changed = {c.name: statement.excluded[c.name] for c in table.c if c.name not in keys}
+    return statement.on_conflict_do_update(index_elements=list(keys), set_=changed)
+
+
+async def require_active(db: Database, connection: AsyncConnection, knowledge_base: str) -> None:
+    """NOT_FOUND unless the knowledge base exists and is ACTIVE; holds its row (PostgreSQL:
+    FOR SHARE) until the transaction ends, so a deletion cannot mark it meanwhile."""
+    query = select(knowledge_bases.c.state).where(knowledge_bases.c.name == knowledge_base)
+    if db.dialect == "postgresql":
+        query = query.with_for_update(read=True)
+    state = (await connection.execute(query)).scalar()
+    if state is None or int(state) != _ACTIVE:
+        raise NotFound("knowledge_base", f"knowledge base {knowledge_base!r} does not exist")
+
+
+async def write_versions(
+    db: Database, connection: AsyncConnection, entries: Sequence[DocumentEntry]
+) -> None:
+    """Upserts version records and the current versions they change, in the caller's
+    transaction (no knowledge-base check: `put` and the upgrade make their own)."""
+    statement = upsert(db, document_versions, ("knowledge_base", "document_id", "version"))
+    rows = [_version_row(e) for e in entries]
+    for batch in _chunks(rows):
+        await connection.execute(statement, list(batch))
+    await refresh_documents(connection, {e.key for e in entries if e.state != PENDING})
+
+
+async def refresh_documents(connection: AsyncConnection, changed: set[DocKey]) -> None:
+    """Rewrites the `documents` rows of `changed` from their versions: each document's
+    greatest committed record, a tombstone or none meaning no row."""
+    by_kb: dict[str, list[str]] = {}
+    for knowledge_base, document_id in changed:
+        by_kb.setdefault(knowledge_base, []).append(document_id)
+    for knowledge_base, ids in sorted(by_kb.items()):
+        for batch in _chunks(sorted(ids)):
+            await connection.execute(
+                delete(documents).where(
+                    _D.knowledge_base == knowledge_base, _D.document_id.in_(batch)
+                )
+            )
+            rows = await connection.execute(
+                select(document_versions)
+                .where(
+                    _V.knowledge_base == knowledge_base,
+                    _V.document_id.in_(batch),
+                    _V.state != PENDING,
+                )
+                .order_by(_V.document_id, _V.version)
+            )
+            current: dict[str, DocumentEntry] = {}
+            for row in rows.mappings():
+                current[row["document_id"]] = entry_of(row)  # the greatest version last
+            live = [_document_row(e) for e in current.values() if e.state == COMMITTED]
+            if live:
+                await connection.execute(documents.insert(), live)
+
+
+class SqlDocumentRegistry:
+    """The `DocumentRegistry` port on the control-plane database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    async def put(self, *entries: DocumentEntry) -> None:
+        """Writes the records in one transaction (all or none), with the current version of
+        every document whose committed records they change."""
+        if not entries:
+            return
+        async with self._db.write("registry.put") as connection:
+            for knowledge_base in sorted({e.knowledge_base for e in entries}):
+                await require_active(self._db, connection, knowledge_base)
+            await write_versions(self._db, connection, entries)
+
+    async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
+        keys = [(e.knowledge_base, e.document_id, e.version) for e in entries]
+        if not keys:
+            return
+        changed = {(kb, doc) for kb, doc, _ in keys}
+        async with self._db.write("registry.remove") as connection:
+            for batch in _chunks(keys):
+                await connection.execute(
+                    delete(document_versions).where(
+                        tuple_(_V.knowledge_base, _V.document_id, _V.version).in_(batch)
+                    )
+                )
+            await refresh_documents(connection, changed)
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    async def records(
+        self, document_id: str, knowledge_base: str = DEFAULT_KB
+    ) -> list[DocumentEntry]:
+        return (await self.records_of([document_id], knowledge_base)).get(document_id, [])
+
+    async def records_of(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, list[DocumentEntry]]:
+        ids = sorted(set(document_ids))
+        out: dict[str, list[DocumentEntry]] = {}
+        async with self._db.read("registry.read") as connection:
+            for batch in _chunks(ids):
+                rows = await connection.execute(
+                    select(document_versions)
+                    .where(_V.knowledge_base == knowledge_base, _V.document_id.in_(batch))
+                    .order_by(_V.document_id, _V.version)
+                )
+                for row in rows.mappings():
+                    out.setdefault(row["document_id"], []).append(entry_of(row))
+        return out
+
+    def _current_query(self) -> Any:
+        return select(document_versions).join(
+            documents,
+            and_(
+                _D.knowledge_base == _V.knowledge_base,
+                _D.document_id == _V.document_id,
+                _D.version == _V.version,
+            ),
+        )
+
+    async def get(self, document_id: str, knowledge_base: str = DEFAULT_KB) -> DocumentEntry | None:
+        async with self._db.read("registry.read") as connection:
+            row = (
+                (
+                    await connection.execute(
+                        self._current_query().where(
+                            _D.knowledge_base == knowledge_base, _D.document_id == document_id
+                        )
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        return entry_of(row) if row is not None else None
+
+    async def current_versions(
+        self, document_ids: Iterable[str], knowledge_base: str = DEFAULT_KB
+    ) -> dict[str, str]:
+        ids = sorted(set(document_ids))
+        out: dict[str, str] = {}
+        if not ids:
+            return out
+        async with self._db.read("registry.read") as connection:
+            for batch in _chunks(ids):
+                rows = await connection.execute(
+                    select(_D.document_id, _D.version).where(
+                        _D.knowledge_base == knowledge_base, _D.document_id.in_(batch)
+                    )
+                )
+                out.update((row.document_id, row.version) for row in rows)
+        return out
+
+    async def scan(self, knowledge_base: str | None = None) -> list[RecordKey]:
+        query = select(*_KEY_COLUMNS).order_by(_V.knowledge_base, _V.document_id, _V.version)
+        if knowledge_base is not None:
+            query = query.where(_V.knowledge_base == knowledge_base)
+        async with self._db.read("registry.read") as connection:
+            return [_key_of(row) for row in await connection.execute(query)]
+
+    async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
+        wanted = [(k.knowledge_base, k.document_id, k.version) for k in keys]
+        out: list[DocumentEntry] = []
+        async with self._db.read("registry.read") as connection:
+            for batch in _chunks(wanted):
+                rows = await connection.execute(
+                    select(document_versions).where(
+                        tuple_(_V.knowledge_base, _V.document_id, _V.version).in_(batch)
+                    )
+                )
+                out.extend(entry_of(row) for row in rows.mappings())
+        return out
+
+    async def page(
+        self, page_size: int, page_token: str = "", knowledge_base: str = DEFAULT_KB
+    ) -> DocumentPage:
+        after = decode_page_token(page_token) if page_token else ""
+        query = (
+            self._current_query()
+            .where(_D.knowledge_base == knowledge_base, _D.document_id > after)
+            .order_by(_D.document_id)
+            .limit(page_size + 1)
+        )
+        async with self._db.read("registry.read") as connection:
+            entries = [entry_of(row) for row in (await connection.execute(query)).mappings()]
+        more = len(entries) > page_size
+        entries = entries[:page_size]
+        token = encode_page_token(entries[-1].document_id) if more and entries else ""
+        return DocumentPage(entries, token)
+
+    async def counts(
+        self, knowledge_bases: Sequence[str], groups: frozenset[str] | None = None
+    ) -> dict[str, tuple[int, int]]:
+        """(documents, chunks over all levels) of each knowledge base, counting only the
+        documents visible to `groups` (None: all): an aggregate over `documents`, plus a read
+        of the documents that carry an `acl` when `groups` is set."""
+        out = {name: (0, 0) for name in knowledge_bases}
+        chunks = _D.l1_chunks + _D.l2_chunks + _D.l3_chunks
+        async with self._db.read("registry.counts") as connection:
+            for batch in _chunks(list(knowledge_bases)):
+                query = (
+                    select(_D.knowledge_base, func.count(), func.coalesce(func.sum(chunks), 0))
+                    .where(_D.knowledge_base.in_(batch))
+                    .group_by(_D.knowledge_base)
+                )
+                if groups is not None:
+                    query = query.where(_D.acl.is_(None))
+                for row in await connection.execute(query):
+                    out[row[0]] = (int(row[1]), int(row[2]))
+                if groups is None:
+                    continue
+                guarded = select(_D.knowledge_base, _D.acl, chunks).where(
+                    _D.knowledge_base.in_(batch), _D.acl.is_not(None)
+                )
+                for kb, acl, n in await connection.execute(guarded):
+                    if document_visible({ACL_KEY: acl}, groups):
+                        docs, total = out[kb]
+                        out[kb] = (docs + 1, total + int(n))
+        return out

@@ -1,0 +1,111 @@
+"""The control-plane tables (docs/api.md#database), as the stores query them; the migrations in
+`migrations/versions/` create them. Keys compare byte-wise on every engine (PostgreSQL's "C"
+collation, SQLite's default), so pages come in the same order as the document ids' UTF-8
+bytes whatever the server's locale.
+
+- `knowledge_bases`: one row per knowledge base, name unique (the primary key).
+- `document_versions`: one row per version of a document (PENDING, COMMITTED, TOMBSTONE), its
+  chunk counts per page, metadata, fingerprint and its writer's lease.
+- `documents`: the current version of each live document (knowledge base + document_id
+  unique), kept in the same transaction as every write of `document_versions`, with its
+  per-level chunk counts and `acl`, so counts and listings read it instead of scanning.
+- `control_plane_upgrades`: the moves of older layouts that completed (`upgrade.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    ForeignKey,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import TypeEngine
+
+metadata = MetaData()
+
+
+def key_type(length: int = 1024) -> TypeEngine[str]:
+    """A key column: byte order on PostgreSQL whatever the database's collation."""
+    return String(length).with_variant(postgresql.VARCHAR(length, collation="C"), "postgresql")
+
+
+def json_type(*, none_as_null: bool = False) -> TypeEngine[Any]:
+    """JSON (JSONB on PostgreSQL); `none_as_null`: Python None is SQL NULL, not JSON null."""
+    return JSON(none_as_null=none_as_null).with_variant(
+        postgresql.JSONB(none_as_null=none_as_null), "postgresql"
+    )
+
+
+knowledge_bases = Table(
+    "knowledge_bases",
+    metadata,
+    Column("name", key_type(255), primary_key=True),
+    Column("display_name", Text, nullable=False, default=""),
+    Column("description", Text, nullable=False, default=""),
+    Column("create_time", BigInteger, nullable=False),
+    Column("state", SmallInteger, nullable=False, default=0),
+)
+
+document_versions = Table(
+    "document_versions",
+    metadata,
+    Column(
+        "knowledge_base",
+        key_type(255),
+        ForeignKey("knowledge_bases.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("document_id", key_type(), primary_key=True),
+    Column("version", key_type(64), primary_key=True),
+    Column("state", SmallInteger, nullable=False),
+    Column("filename", Text, nullable=False),
+    Column("file_type", String(32), nullable=False),
+    Column("pages", Integer, nullable=False),
+    Column("page_counts", json_type(), nullable=False),
+    Column("metadata", json_type(), nullable=False),
+    Column("content_sha256", String(64), nullable=False, default=""),
+    Column("size_bytes", BigInteger, nullable=False, default=0),
+    Column("ingest_time", BigInteger, nullable=False, default=0),
+    Column("fingerprint", Text, nullable=False, default=""),
+    Column("lease_expires_ms", BigInteger, nullable=False, default=0),
+)
+
+documents = Table(
+    "documents",
+    metadata,
+    Column(
+        "knowledge_base",
+        key_type(255),
+        ForeignKey("knowledge_bases.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("document_id", key_type(), primary_key=True),
+    Column("version", key_type(64), nullable=False),
+    Column("content_sha256", String(64), nullable=False, default=""),
+    Column("metadata", json_type(), nullable=False),
+    # The document's `acl` (metadata["acl"]) as stored, null when it has none: counts for a
+    # key with groups read only the documents that have one.
+    Column("acl", json_type(none_as_null=True), nullable=True),
+    Column("size_bytes", BigInteger, nullable=False, default=0),
+    Column("ingest_time", BigInteger, nullable=False, default=0),
+    Column("l1_chunks", Integer, nullable=False, default=0),
+    Column("l2_chunks", Integer, nullable=False, default=0),
+    Column("l3_chunks", Integer, nullable=False, default=0),
+)
+
+control_plane_upgrades = Table(
+    "control_plane_upgrades",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("completed_time", BigInteger, nullable=False),
+    Column("note", Text, nullable=False, default=""),
+)
