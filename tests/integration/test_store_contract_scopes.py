@@ -16,6 +16,7 @@ from retrieval_service.core.ports import SearchScope, StoredChunk
 from tests.integration.test_store_contract import (  # the fixtures, shared with that suite
     CORPUS,
     OTHER_KB,
+    SEEDED,
     Stores,
     lite_stores,
     stores,
@@ -197,16 +198,18 @@ async def test_the_registry_keys_documents_by_knowledge_base_and_document_id(
 
 async def test_knowledge_base_records(stores: Stores) -> None:
     kbs = stores.knowledge_bases
-    assert await kbs.all() == []
+    assert await kbs.all() == SEEDED
     b = KnowledgeBaseRecord("knowledge_bases/b", "B", "about b", 1_700_000_000_000)
     a = KnowledgeBaseRecord("knowledge_bases/a", "", "", 1_700_000_000_001)
     await kbs.put(b)
-    await kbs.put(a)
+    assert await kbs.create(a)
+    assert not await kbs.create(KnowledgeBaseRecord(a.name, "again", "", 1))
     assert await kbs.get("knowledge_bases/b") == b
+    assert await kbs.get(a.name) == a
     assert await kbs.get("knowledge_bases/zzz") is None
-    assert await kbs.all() == [a, b]
+    assert await kbs.all() == sorted([a, b, *SEEDED], key=lambda r: r.name)
     marked = KnowledgeBaseRecord(b.name, "B2", "", b.create_time, DELETING)
     await kbs.put(marked)
     assert await kbs.get(b.name) == marked
     await kbs.remove(b.name)
-    assert await kbs.all() == [a]
+    assert await kbs.all() == sorted([a, *SEEDED], key=lambda r: r.name)

@@ -26,6 +26,7 @@ from tests.fakes.hashing_embedder import HashingEmbedder
 from tests.integration.retrieval_harness import running_service
 from tests.integration.test_knowledge_bases import BEES, DIM, SEA, ingest, listed, source
 from tests.integration.test_store_upgrade import v2_chunk_schema
+from tests.integration.test_store_upgrade_v4 import control_rows
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,8 +50,10 @@ def v3_chunk_schema(dim: int) -> Any:
 
 async def rewrite_as_v3(db: Path) -> int:
     """Moves a current store's rows into `_v3` collections (the chunk rows without their `acl`
-    column; the registry and knowledge-base records as they are, their layout unchanged since)
-    and drops the current ones: the store as the previous release left it. Returns the rows."""
+    column; the registry and knowledge-base records, from the database, as Milvus rows of
+    the layout they kept until the database) and drops the current ones and the database:
+    the store as that release left it. Returns the rows."""
+    knowledge_bases, records = await control_rows(db)
     clear_milvus_env()
     config = StoreConfig(uri=str(db), token=None, collection=COLLECTION, dim=DIM)
     lite = LiteProcess(config.uri)
@@ -71,14 +74,14 @@ async def rewrite_as_v3(db: Path) -> int:
             moved = [{k: v for k, v in row.items() if k not in ("acl", "sparse")} for row in found]
             client.insert(target, moved)
             rows += len(moved)
-        for source, target, schema, key in (
-            (milvus.registry_collection, old[3], registry_schema(), "pk"),
-            (milvus.knowledge_base_collection, old[4], knowledge_base_schema(), "name"),
+        for target, schema, control in (
+            (old[3], registry_schema(), records),
+            (old[4], knowledge_base_schema(), knowledge_bases),
         ):
             client.create_collection(
                 target, schema=schema, index_params=registry_index_params(client)
             )
-            client.insert(target, client.query(source, filter=f'{key} != ""', output_fields=["*"]))
+            client.insert(target, control)
         for name in old:
             client.flush(name)
         for name in milvus.all_collections():

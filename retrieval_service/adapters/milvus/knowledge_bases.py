@@ -1,7 +1,9 @@
-"""The knowledge-base records of `{collection}_v4_knowledge_bases`: one row per knowledge base,
-keyed by its full name (the `KnowledgeBaseStore` port). The collection also holds the
-upgrade's completion marker (`upgrade.UPGRADE_MARKER`), which is no knowledge base's name and
-is never read as one."""
+"""The knowledge-base records of `{collection}_v4_knowledge_bases`, the layout before the
+control plane moved into the database: one row per knowledge base, keyed by its full name. Kept
+to read (and, in tests, write) such a store for its move (`adapters/sql/upgrade.py`) and for
+the older layouts' upgrades, which write into it first. The collection also holds those
+upgrades' completion markers (`upgrade.UPGRADE_MARKER`), which are no knowledge base's name
+and are never read as one."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def _record(row: dict[str, Any]) -> KnowledgeBaseRecord:
     )
 
 
-def _row(record: KnowledgeBaseRecord) -> dict[str, Any]:
+def row_of(record: KnowledgeBaseRecord) -> dict[str, Any]:
+    """The Milvus row of a knowledge-base record."""
     return {
         "name": record.name,
         "display_name": record.display_name,
@@ -43,7 +46,7 @@ class KnowledgeBaseStore:
         self._collection = milvus.knowledge_base_collection
 
     async def put(self, record: KnowledgeBaseRecord) -> None:
-        row = _row(record)
+        row = row_of(record)
         await self._milvus.run(lambda client: client.upsert(self._collection, [row]))
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None:
