@@ -83,7 +83,7 @@ DB_OPERATIONS = (
     "connect",
     "migrate",
     "knowledge_bases.create",
-    "knowledge_bases.put",
+    "knowledge_bases.update",
     "knowledge_bases.get",
     "knowledge_bases.remove",
     "knowledge_bases.all",

@@ -111,6 +111,13 @@ class KnowledgeBases:
             raise NotFound(field, f"knowledge base {name!r} does not exist")
         return name
 
+    async def _active(self, name: str, field: str) -> KnowledgeBaseRecord:
+        """The ACTIVE record of `name`; NOT_FOUND when another call deleted it meanwhile."""
+        record = await self._store.get(name)
+        if record is None or record.state != ACTIVE:
+            raise NotFound(field, f"knowledge base {name!r} does not exist")
+        return record
+
     async def require_all(self, texts: Sequence[str], field: str) -> tuple[str, ...]:
         """`require` for each of a repeated field (`field[i]`); empty = the default."""
         if not texts:
@@ -142,9 +149,7 @@ class KnowledgeBases:
         """The knowledge base with the counts of the documents visible to `groups` (None:
         all)."""
         name = await self.require(_named(text, field), field)
-        record = await self._store.get(name)
-        assert record is not None
-        return (await self._counted([record], groups))[0]
+        return (await self._counted([await self._active(name, field)], groups))[0]
 
     async def list_page(
         self,
@@ -190,27 +195,27 @@ class KnowledgeBases:
             description if "description" in set(paths or UPDATABLE) else "",
             "knowledge_base.",
         )
-        record = await self._store.get(name)
-        assert record is not None
+        record = await self._active(name, "knowledge_base.name")
         wanted = set(paths or UPDATABLE)
         if "display_name" in wanted:
             record = replace(record, display_name=display_name)
         if "description" in wanted:
             record = replace(record, description=description)
-        await self._store.put(record)
+        if not await self._store.update(record):  # deleted meanwhile (on any replica)
+            raise NotFound("knowledge_base.name", f"knowledge base {name!r} does not exist")
         return (await self._counted([record], groups))[0]
 
     async def delete(self, text: str, force: bool) -> None:
         name = await self.require(_named(text, "name"), "name")
         if name == DEFAULT_KB:
             raise FailedPrecondition("name", f"{DEFAULT_KB} cannot be deleted")
-        record = await self._store.get(name)
-        assert record is not None
+        record = await self._active(name, "name")
         if not force and (await self._counted([record]))[0].document_count:
             raise FailedPrecondition(
                 "name", f"{name!r} still holds documents; delete them or pass force"
             )
-        await self._store.put(replace(record, state=DELETING))  # from here on: NOT_FOUND
+        if not await self._store.mark_deleting(name):  # from here on: NOT_FOUND
+            raise NotFound("name", f"knowledge base {name!r} does not exist")
         await self._checkpoint("kb_delete_after_mark")
         await self._finish_delete(name)
 

@@ -194,8 +194,15 @@ class KnowledgeBaseStore(Protocol):
         whether it did."""
         ...
 
-    async def put(self, record: KnowledgeBaseRecord) -> None:
-        """Inserts or replaces one record (atomic)."""
+    async def update(self, record: KnowledgeBaseRecord) -> bool:
+        """Replaces the display name and description of the existing ACTIVE record of that
+        name (atomic); False when it is missing or not ACTIVE, so a deletion once begun is
+        never undone, nor a deleted record brought back, by an update that read it before."""
+        ...
+
+    async def mark_deleting(self, name: str) -> bool:
+        """ACTIVE → DELETING, atomically; False when the record is missing or not ACTIVE
+        (another deletion got there first)."""
         ...
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None: ...

@@ -40,7 +40,7 @@ from retrieval_service.core.documents import (
 from retrieval_service.core.errors import StoreFailed, StoreUnavailable
 from retrieval_service.core.filters import matches
 from retrieval_service.core.identity import DEFAULT_KB
-from retrieval_service.core.knowledge_bases import ACTIVE, KnowledgeBaseRecord
+from retrieval_service.core.knowledge_bases import ACTIVE, DELETING, KnowledgeBaseRecord
 from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
 from shared.access import document_visible
 from shared.errors import NotFound
@@ -503,9 +503,22 @@ class InMemoryKnowledgeBaseStore:
         await asyncio.sleep(0)
         self.faults.enter(method)
 
-    async def put(self, record: KnowledgeBaseRecord) -> None:
-        await self._enter("put")
-        self._records[record.name] = record
+    async def update(self, record: KnowledgeBaseRecord) -> bool:
+        await self._enter("update")
+        current = self._records.get(record.name)
+        if current is None or current.state != ACTIVE:
+            return False
+        texts = {"display_name": record.display_name, "description": record.description}
+        self._records[record.name] = replace(current, **texts)
+        return True
+
+    async def mark_deleting(self, name: str) -> bool:
+        await self._enter("mark_deleting")
+        current = self._records.get(name)
+        if current is None or current.state != ACTIVE:
+            return False
+        self._records[name] = replace(current, state=DELETING)
+        return True
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None:
         await self._enter("get")

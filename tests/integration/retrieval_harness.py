@@ -63,15 +63,20 @@ SERVING_LINE = re.compile(rb"serving \S*RetrievalService\S* on 127\.0\.0\.1:(\d+
 
 
 def spawn_retrieval_service(
-    env: dict[str, str], log: Path, scrub: tuple[str, ...] = ("MILVUS_", "SUPERMEW_")
+    env: dict[str, str],
+    log: Path,
+    scrub: tuple[str, ...] = ("MILVUS_", "SUPERMEW_", "DATABASE_", "MIGRATE_"),
 ) -> tuple[subprocess.Popen[bytes], int]:
     """`python -m retrieval_service` in a subprocess on 127.0.0.1, its output appended to `log`;
     returns once it serves, with the port it bound. It binds port 0 and the port is read
     from its log: a free port picked here could be taken by the service's own Milvus Lite
     child (also an ephemeral port on loopback) before the service binds it, and a test would
-    then talk to Milvus Lite."""
+    then talk to Milvus Lite. Without a DATABASE_URL, a service on a Milvus server gets a
+    SQLite file in `log`'s folder, which the replicas logging there share (one host)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(scrub)}
     full.update(env)
+    if "DATABASE_URL" not in full and not full.get("MILVUS_URI", ".db").endswith(".db"):
+        full["DATABASE_URL"] = f"sqlite+aiosqlite:///{log.parent / 'control.sqlite3'}"
     full.update(RETRIEVAL_PORT="0", BIND_HOST="127.0.0.1", LOG_LEVEL="INFO")
     start = log.stat().st_size if log.exists() else 0
     with log.open("ab") as out:
@@ -329,7 +334,12 @@ async def running_service(
     **settings: Any,
 ) -> AsyncIterator[Service]:
     """The real service (composition root's wiring) served on 127.0.0.1:0; `window`: the
-    ingestor's embedding window."""
+    ingestor's embedding window. Its control-plane database is `database_url`, else the
+    SQLite file beside the Lite file `db`, else (a Milvus server) one in a new temp folder."""
+    if "database_url" not in settings and not str(store.uri if store else db).endswith(".db"):
+        folder = Path(tempfile.mkdtemp(prefix="retrieval-db-"))
+        atexit.register(shutil.rmtree, folder, True)
+        settings["database_url"] = f"sqlite+aiosqlite:///{folder / 'control.sqlite3'}"
     config = RetrievalSettings(milvus_uri=str(db), bind_host="127.0.0.1", **settings)
     app = await create_app(
         config, embedder=embedder or model(), store=store, chunking=chunking, window=window

@@ -18,6 +18,7 @@ level written and more to come, which the server test checks in the store before
 from __future__ import annotations
 
 import asyncio
+import atexit
 import shutil
 import subprocess
 import tempfile
@@ -36,7 +37,8 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 from retrieval_service.adapters.embedders import OpenAIEmbedder
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig
-from retrieval_service.adapters.milvus.registry import DocumentRegistry
+from retrieval_service.adapters.sql.database import Database, DatabaseConfig
+from retrieval_service.adapters.sql.registry import SqlDocumentRegistry
 from retrieval_service.core.documents import LEVELS, PENDING, TOMBSTONE, DocumentEntry, RecordKey
 from retrieval_service.core.ingest import CRASH_POINTS, KB_DELETE_CRASH_POINTS
 from tests.fakes.embeddings_server import EmbeddingsServer
@@ -44,6 +46,7 @@ from tests.integration.retrieval_harness import (
     MILVUS_LITE,
     LiteServer,
     Service,
+    copy_store,
     free_port,
     running_service,
     spawn_retrieval_service,
@@ -165,6 +168,8 @@ async def restarted(
 ) -> AsyncIterator[Service]:
     """The service started again on the same store (start-up reconciliation included)."""
     store = StoreConfig(uri=uri, token=None, collection=collection, dim=DIM, timeout_seconds=10)
+    if not uri.endswith(".db"):
+        settings.setdefault("database_url", control_url(uri, collection))
     model = embedder(server)
     try:
         async with running_service(
@@ -195,6 +200,22 @@ async def pending_rows(svc: Service) -> dict[int, int]:
     return {lvl: sum(r["version"] == pending[0].version for r in rows[lvl]) for lvl in LEVELS}
 
 
+#: The control-plane databases of the stores on the shared server: one SQLite file per store,
+#: shared by every replica of it (processes of one host), kept until the session ends.
+_CONTROL_ROOT = Path(tempfile.mkdtemp(prefix="crash-control-"))
+atexit.register(shutil.rmtree, _CONTROL_ROOT, True)
+
+
+def control_url(uri: str, collection: str) -> str:
+    """DATABASE_URL of the store `collection` on the Milvus server `uri`."""
+    port = uri.rsplit(":", 1)[-1]
+    return f"sqlite+aiosqlite:///{_CONTROL_ROOT / f'{port}-{collection}.sqlite3'}"
+
+
+def control_database(uri: str, collection: str) -> Database:
+    return Database(DatabaseConfig(control_url(uri, collection)))
+
+
 def store_config(uri: str, collection: str) -> StoreConfig:
     return StoreConfig(uri=uri, token=None, collection=collection, dim=DIM, timeout_seconds=10)
 
@@ -203,12 +224,14 @@ async def store_state(uri: str, collection: str) -> tuple[tuple[int, ...], list[
     """The rows per level and the registry's records of a store on a server, read through
     the adapters without starting a service (no reconciliation of its own)."""
     milvus = MilvusStore(store_config(uri, collection))
+    database = control_database(uri, collection)
     try:
         chunks = ChunkStore(milvus)
         counts = tuple([await chunks.count(lvl) for lvl in LEVELS])
-        return counts, await DocumentRegistry(milvus).scan()
+        return counts, await SqlDocumentRegistry(database).scan()
     finally:
         await milvus.aclose()
+        await database.aclose()
 
 
 async def until_leases_expire(uri: str, collection: str) -> None:
@@ -282,8 +305,7 @@ def lite_template(embedding_server: EmbeddingsServer) -> Iterator[tuple[Path, Ve
     async def build() -> Versions:
         async with restarted(embedding_server, str(root / "kb.db"), "crash") as svc:
             counts = await seed_old(svc)
-        scratch = root / "scratch.db"
-        shutil.copytree(root / "kb.db", scratch)
+        scratch = copy_store(root / "kb.db", root / "scratch.db")
         async with restarted(embedding_server, str(scratch), "crash") as svc:
             await svc.ingest((DOC, NEW.encode()))
             new = (await svc.listing())[DOC]
@@ -301,8 +323,7 @@ async def test_kill_anywhere_on_milvus_lite(tmp_path, embedding_server, lite_tem
     template, versions = lite_template
     assert versions.old != versions.new and min(versions.new) > 1 and min(versions.old) > 1
     assert versions.new[2] > WINDOW
-    db = tmp_path / "kb.db"
-    shutil.copytree(template, db)
+    db = copy_store(template, tmp_path / "kb.db")
     env = {**embedding_env(embedding_server), "MILVUS_URI": str(db), "MILVUS_COLLECTION": "crash"}
     await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
     async with restarted(embedding_server, str(db), "crash") as svc:
@@ -348,6 +369,7 @@ async def test_kill_anywhere_on_a_milvus_server(
         **embedding_env(embedding_server),
         "MILVUS_URI": uri,
         "MILVUS_COLLECTION": collection,
+        "DATABASE_URL": control_url(uri, collection),
         "INGEST_LEASE_SECONDS": WRITER_LEASE,
     }
     await asyncio.to_thread(run_until_crash, tmp_path / "service.log", env, point)
@@ -371,7 +393,12 @@ async def test_kill_anywhere_on_a_milvus_server(
 async def test_two_replicas_on_one_server(tmp_path, embedding_server, lite_template, shared_server):
     versions = lite_template[1]
     uri, collection = shared_server.uri, "replicas"
-    env = {**embedding_env(embedding_server), "MILVUS_URI": uri, "MILVUS_COLLECTION": collection}
+    env = {
+        **embedding_env(embedding_server),
+        "MILVUS_URI": uri,
+        "MILVUS_COLLECTION": collection,
+        "DATABASE_URL": control_url(uri, collection),
+    }
     async with restarted(embedding_server, uri, collection) as svc:
         await seed_old(svc)
     a = await asyncio.to_thread(ServiceProcess, tmp_path / "a.log", env)
@@ -427,6 +454,7 @@ def lease_env(server: EmbeddingsServer, uri: str, collection: str) -> dict[str, 
         **embedding_env(server),
         "MILVUS_URI": uri,
         "MILVUS_COLLECTION": collection,
+        "DATABASE_URL": control_url(uri, collection),
         "INGEST_LEASE_SECONDS": str(LEASE),
     }
 
@@ -525,11 +553,11 @@ async def test_an_ingest_of_three_lease_periods_completes_while_another_replica_
             PENDING,
             lease_expires_ms=dead + LEASE * 1000,
         )
-        milvus = MilvusStore(store_config(uri, collection))
+        database = control_database(uri, collection)
         try:
-            await DocumentRegistry(milvus).put(ghost)
+            await SqlDocumentRegistry(database).put(ghost)
         finally:
-            await milvus.aclose()
+            await database.aclose()
         while any(k.document_id == "ghost.md" for k in (await store_state(uri, collection))[1]):
             assert not ingest.done(), "B did not reconcile while A's ingest ran"
             assert time.monotonic() - started < 60

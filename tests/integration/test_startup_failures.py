@@ -18,13 +18,27 @@ from tests.integration.retrieval_harness import running_service
 
 ROOT = Path(__file__).resolve().parents[2]
 # Variables of both services that the test environment must not leak into the subprocess.
-_SETTINGS_PREFIXES = ("RETRIEVAL_", "ORCHESTRATOR_", "MILVUS_", "LLM_", "LOG_", "RERANK_")
+_SETTINGS_PREFIXES = (
+    "RETRIEVAL_",
+    "ORCHESTRATOR_",
+    "MILVUS_",
+    "LLM_",
+    "LOG_",
+    "RERANK_",
+    "DATABASE_",
+    "MIGRATE_",
+)
 
 
 def _start(module: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(_SETTINGS_PREFIXES)}
     clean.update(
-        {"MILVUS_URI": str(tmp_path / "kb.db"), "PYTHONUNBUFFERED": "1", "SAMPLES_DIR": ""}
+        {
+            "MILVUS_URI": str(tmp_path / "kb.db"),
+            "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'control.sqlite3'}",
+            "PYTHONUNBUFFERED": "1",
+            "SAMPLES_DIR": "",
+        }
     )
     clean.update(env)
     return subprocess.run(

@@ -38,7 +38,7 @@ from retrieval_service.core.documents import (
     version_pk,
 )
 from retrieval_service.core.identity import DEFAULT_KB
-from retrieval_service.core.knowledge_bases import DELETING, KnowledgeBaseRecord
+from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
 from retrieval_service.core.ports import CHUNK_FIELDS, ChunkRepository, StoredChunk
 from retrieval_service.core.ports import DocumentRegistry as RegistryPort
 from retrieval_service.core.ports import KnowledgeBaseStore as KnowledgeBaseStorePort
@@ -536,7 +536,8 @@ async def test_a_write_into_a_knowledge_base_that_is_not_active_is_refused(
 ) -> None:
     name = "knowledge_bases/doomed"
     if state == "deleting":
-        await stores.knowledge_bases.put(KnowledgeBaseRecord(name, "", "", 1, DELETING))
+        assert await stores.knowledge_bases.create(KnowledgeBaseRecord(name, "", "", 1))
+        assert await stores.knowledge_bases.mark_deleting(name)
     doomed = replace(entry("a.txt", "v1", COMMITTED), knowledge_base=name)
     fine = entry("a.txt", "v1", COMMITTED)
     with pytest.raises(NotFound) as raised:

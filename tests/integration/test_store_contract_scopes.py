@@ -201,15 +201,25 @@ async def test_knowledge_base_records(stores: Stores) -> None:
     assert await kbs.all() == SEEDED
     b = KnowledgeBaseRecord("knowledge_bases/b", "B", "about b", 1_700_000_000_000)
     a = KnowledgeBaseRecord("knowledge_bases/a", "", "", 1_700_000_000_001)
-    await kbs.put(b)
+    assert await kbs.create(b)
     assert await kbs.create(a)
     assert not await kbs.create(KnowledgeBaseRecord(a.name, "again", "", 1))
     assert await kbs.get("knowledge_bases/b") == b
     assert await kbs.get(a.name) == a
     assert await kbs.get("knowledge_bases/zzz") is None
     assert await kbs.all() == sorted([a, b, *SEEDED], key=lambda r: r.name)
+    # An update changes the texts only (never the state or creation time).
+    renamed = KnowledgeBaseRecord(b.name, "B2", "", 1, DELETING)
+    assert await kbs.update(renamed)
+    assert await kbs.get(b.name) == KnowledgeBaseRecord(b.name, "B2", "", b.create_time)
+    assert not await kbs.update(KnowledgeBaseRecord("knowledge_bases/zzz", "Z"))
+    assert await kbs.get("knowledge_bases/zzz") is None  # never inserted by an update
+    assert await kbs.mark_deleting(b.name)
+    assert not await kbs.mark_deleting(b.name)  # once
     marked = KnowledgeBaseRecord(b.name, "B2", "", b.create_time, DELETING)
-    await kbs.put(marked)
+    assert await kbs.get(b.name) == marked
+    assert not await kbs.update(KnowledgeBaseRecord(b.name, "B3"))  # a deletion is not undone
     assert await kbs.get(b.name) == marked
     await kbs.remove(b.name)
+    assert not await kbs.mark_deleting(b.name)
     assert await kbs.all() == sorted([a, *SEEDED], key=lambda r: r.name)

@@ -405,7 +405,7 @@ async def test_a_deletion_that_fails_before_its_mark_leaves_the_knowledge_base_w
     kbs, ingestor = world.build()
     await ingestor.ingest([doc("a.md", SEA)], knowledge_base="team")
     before = (world.rows(TEAM), world.registry.entries())
-    world.kb_store.faults.fail_next("put")
+    world.kb_store.faults.fail_next("mark_deleting")
     with pytest.raises(Exception):  # noqa: B017 - the store's failure, whatever it is
         await kbs.delete("team", force=True)
     assert await kbs.reconcile() == 0

@@ -1,10 +1,11 @@
 """The document registry of the layout before the control plane moved into the database
 (`adapters/sql/registry.py` is the registry now): the commit records of
 `{collection}_v4_documents`, kept to read (and, in tests, write) such a store for its move
-(`adapters/sql/upgrade.py`) and for the older layouts' upgrades, which write into it first. Each ingest of a
-document writes one record per version (pk `{knowledge_base}#{document_id}#{version}`, hex
-encoded: `schema.registry_pk`): PENDING before its chunk
-rows are written, COMMITTED once they all are; a delete commits a TOMBSTONE version. The
+(`adapters/sql/upgrade.py`) and for the older layouts' upgrades, which write into it first.
+Each ingest of a document writes one record per version (pk
+`{knowledge_base}#{document_id}#{version}`, hex encoded: `schema.registry_pk`): PENDING
+before its chunk rows are written, COMMITTED once they all are; a delete commits a TOMBSTONE
+version. The
 current version of a document is its greatest committed version (a tombstone = deleted), so
 "newest wins" is decidable without compare-and-set, which Milvus does not have. A record also
 holds the document's file name and type, page count and per-page chunk counts, from which

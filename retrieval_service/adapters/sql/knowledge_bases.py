@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
 from retrieval_service.adapters.sql.database import Database
-from retrieval_service.adapters.sql.registry import dialect_insert, upsert
+from retrieval_service.adapters.sql.registry import dialect_insert
 from retrieval_service.adapters.sql.tables import knowledge_bases
-from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
+from retrieval_service.core.knowledge_bases import ACTIVE, DELETING, KnowledgeBaseRecord
 
 _K = knowledge_bases.c
 
@@ -51,10 +51,25 @@ class SqlKnowledgeBaseStore:
             result = await connection.execute(statement, _row(record))
         return bool(result.rowcount == 1)
 
-    async def put(self, record: KnowledgeBaseRecord) -> None:
-        statement = upsert(self._db, knowledge_bases, ("name",))
-        async with self._db.write("knowledge_bases.put") as connection:
-            await connection.execute(statement, _row(record))
+    async def update(self, record: KnowledgeBaseRecord) -> bool:
+        statement = (
+            update(knowledge_bases)
+            .where(_K.name == record.name, _K.state == ACTIVE)
+            .values(display_name=record.display_name, description=record.description)
+        )
+        async with self._db.write("knowledge_bases.update") as connection:
+            result = await connection.execute(statement)
+        return bool(result.rowcount == 1)
+
+    async def mark_deleting(self, name: str) -> bool:
+        statement = (
+            update(knowledge_bases)
+            .where(_K.name == name, _K.state == ACTIVE)
+            .values(state=DELETING)
+        )
+        async with self._db.write("knowledge_bases.mark_deleting") as connection:
+            result = await connection.execute(statement)
+        return bool(result.rowcount == 1)
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None:
         async with self._db.read("knowledge_bases.get") as connection:
