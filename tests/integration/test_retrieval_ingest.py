@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 
 import grpc
 import numpy as np
@@ -15,6 +16,7 @@ from supermew.v1 import retrieval_pb2
 
 from retrieval_service.adapters.milvus.connection import StoreConfig
 from retrieval_service.adapters.milvus.schema import UNANALYSED
+from retrieval_service.adapters.sql.database import SQLITE_SUFFIX
 from retrieval_service.bootstrap import create_app
 from retrieval_service.core.chunking import Page, chunk_document
 from retrieval_service.core.documents import LEVELS
@@ -317,13 +319,17 @@ async def test_a_document_being_replaced_never_vanishes_from_searches(tmp_path) 
 
 
 async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tmp_path) -> None:
-    """A Milvus failure other than an unreachable server (here: the registry collection is
-    gone) is INTERNAL; the caller learns neither the exception, the collection nor the path."""
+    """A Milvus or database failure other than an unreachable server (here: the leaf
+    collection and the database's `documents` table are gone) is INTERNAL; the caller learns
+    neither the exception, the collection, the table nor the path."""
     db = tmp_path / "broken.db"
     async with running_service(db) as svc:
         await svc.ingest(("tea.txt", "绿茶适合八十度的水。".encode()))
         with raw_client(svc) as raw:
-            raw.drop_collection(svc.app.store.registry_collection)
+            raw.drop_collection(svc.app.store.level_collection(3))
+        control = db.with_name("broken" + SQLITE_SUFFIX)
+        with sqlite3.connect(control) as connection:
+            connection.execute("DROP TABLE documents")
         with pytest.raises(grpc.aio.AioRpcError) as listing:
             await svc.listing()
         with pytest.raises(grpc.aio.AioRpcError) as ingest:
@@ -333,6 +339,7 @@ async def test_a_failing_store_call_is_internal_and_says_nothing_of_the_cause(tm
         details = err.details() or ""
         assert "supermew_chunks" not in details and str(tmp_path) not in details
         assert "Exception" not in details and "filename" not in details
+        assert "documents" not in details and "table" not in details
 
 
 async def test_a_store_ingested_for_another_recall_level_refuses_to_start(tmp_path) -> None:

@@ -95,12 +95,36 @@ class DatabaseConfig:
 #: What a database failure looks like when the server is down, unreachable, refusing the
 #: credentials, or too slow: the caller may retry (UNAVAILABLE).
 _UNREACHABLE = (
-    exc.OperationalError,
     exc.InterfaceError,
     exc.TimeoutError,  # the pool's checkout timeout
     exc.DisconnectionError,
     OSError,
     asyncio.TimeoutError,
+)
+#: Words of an OperationalError that mean "cannot reach or use the database now" (SQLite: a
+#: lock held too long, a file that cannot be opened; PostgreSQL: the connection); any other
+#: OperationalError (a missing table, say) is a broken store: INTERNAL.
+_UNREACHABLE_WORDS = (
+    "locked",
+    "unable to open",
+    "disk i/o",
+    "connection",
+    "connect",
+    "timeout",
+    "timed out",
+    "terminat",
+    "closed",
+    "shutdown",
+    "starting up",
+)
+#: asyncpg's own errors while connecting (not wrapped as DBAPI errors there).
+_ASYNCPG_UNREACHABLE = (
+    "Connection",
+    "Password",
+    "Authorization",
+    "CannotConnectNow",
+    "TooManyConnections",
+    "AdminShutdown",
 )
 
 
@@ -109,13 +133,13 @@ def _unreachable(error: BaseException) -> bool:
         return True
     if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
         return True
-    # asyncpg raises its own errors (not DBAPI ones) while connecting.
-    return type(error).__module__.startswith("asyncpg") and (
-        "Connection" in type(error).__name__
-        or "Password" in type(error).__name__
-        or "Authorization" in type(error).__name__
-        or "CannotConnectNow" in type(error).__name__
-        or "TooManyConnections" in type(error).__name__
+    if isinstance(error, exc.OperationalError):
+        text_ = str(error.orig).lower()
+        return any(word in text_ for word in _UNREACHABLE_WORDS)
+    cause = getattr(error, "orig", None) or error
+    name = type(cause).__name__
+    return type(cause).__module__.startswith("asyncpg") and any(
+        part in name for part in _ASYNCPG_UNREACHABLE
     )
 
 

@@ -22,7 +22,8 @@ from retrieval_service.adapters.milvus.registry import DocumentRegistry
 from retrieval_service.adapters.sql.database import Database
 from retrieval_service.adapters.sql.registry import upsert, write_versions
 from retrieval_service.adapters.sql.tables import control_plane_upgrades, knowledge_bases
-from retrieval_service.core.knowledge_bases import DELETING
+from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.knowledge_bases import ACTIVE, DELETING
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,11 @@ async def _completed(db: Database) -> bool:
 
 
 def _existing(client: Any, names: list[str]) -> list[str]:
-    return [name for name in names if client.has_collection(name)]
+    """The collections of `names` that exist, loaded (a query needs it)."""
+    found = [name for name in names if client.has_collection(name)]
+    for name in found:
+        client.load_collection(name)
+    return found
 
 
 async def move_control_plane(milvus: MilvusStore, db: Database) -> bool:
@@ -68,17 +73,19 @@ async def move_control_plane(milvus: MilvusStore, db: Database) -> bool:
             }
             for r in records
         ]
-        # Records of a knowledge base without its own record (a deletion interrupted between
-        # its last two steps) keep theirs as DELETING: reconciliation then finishes it.
+        # The default knowledge base of a store upgraded from before knowledge bases has no
+        # record (it was created at the next start); any other one without its own record (a
+        # deletion interrupted between its last two steps) gets one DELETING, so
+        # reconciliation finishes that deletion.
         known = {r.name for r in records}
         for name in sorted({e.knowledge_base for e in entries} - known):
             rows.append(
                 {
                     "name": name,
-                    "display_name": "",
+                    "display_name": "Default" if name == DEFAULT_KB else "",
                     "description": "",
                     "create_time": int(time.time() * 1000),
-                    "state": DELETING,
+                    "state": ACTIVE if name == DEFAULT_KB else DELETING,
                 }
             )
         async with db.write("upgrade") as connection:
