@@ -5,10 +5,13 @@ are scrubbed of the key, and a valid 4,000-character question survives the rewri
 
 from __future__ import annotations
 
+import sqlite3
+
 import grpc
 import pytest
 from supermew.v1 import retrieval_pb2
 
+from retrieval_service.adapters.sql.database import SQLITE_SUFFIX
 from shared.codec import rag_trace_from_proto
 from tests.fakes.model_server import ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import start_stack
@@ -57,8 +60,12 @@ async def test_delete_rejects_a_filename_ingest_would_reject(tmp_path, filename)
 
 
 async def test_a_store_failure_is_not_an_argument_error_and_shows_no_internals(tmp_path) -> None:
-    async with running_service(copy_corpus(tmp_path)) as svc:
+    db = copy_corpus(tmp_path)
+    async with running_service(db) as svc:
         await svc.app.store.aclose()  # the store's connection is gone
+        # and the control-plane database is broken (ListDocuments reads it alone)
+        with sqlite3.connect(db.with_name("kb" + SQLITE_SUFFIX)) as connection:
+            connection.execute("DROP TABLE documents")
         calls = {
             "list": svc.stub.ListDocuments(retrieval_pb2.ListDocumentsRequest()),
             "delete": svc.stub.DeleteDocuments(
