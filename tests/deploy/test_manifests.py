@@ -35,9 +35,19 @@ from tests.deploy.kustomize import (
 SCHEMA_VERSION = kubernetes_validate.latest_version()
 SECRET_NAME = "supermew-secrets"
 # Settings that are credentials: only ever from the Secret, never in a ConfigMap.
-CREDENTIALS = {"AUTH_TOKEN", "MILVUS_TOKEN", "RERANK_API_KEY", "EMBEDDING_API_KEY", "LLM_API_KEY"}
+CREDENTIALS = {
+    "AUTH_TOKEN",
+    "MILVUS_TOKEN",
+    "RERANK_API_KEY",
+    "EMBEDDING_API_KEY",
+    "LLM_API_KEY",
+    "DATABASE_URL",  # it holds the database's password
+}
 # Required in prod (a pod without them must not start); optional elsewhere.
-REQUIRED_IN_PROD = {"AUTH_TOKEN", "MILVUS_TOKEN"}
+REQUIRED_IN_PROD = {"AUTH_TOKEN", "MILVUS_TOKEN", "DATABASE_URL"}
+#: Credentials an overlay takes from a Secret of its own, by tree: dev's PostgreSQL comes with
+#: its (dev-only) credentials, so the retrieval service needs DATABASE_URL from that Secret.
+OWN_SECRETS = {("dev", "DATABASE_URL"): "supermew-postgres"}
 # Container env that is not a setting: process environment for the runtime.
 RUNTIME_ENV = {"HOME", "OMP_NUM_THREADS"}
 CLUSTER_SCOPED = {"Namespace"}
@@ -302,12 +312,16 @@ def test_env_is_settings_or_secret_refs(rendered: Rendered, service: str) -> Non
         if name in CREDENTIALS:
             ref = env.get("valueFrom", {}).get("secretKeyRef")
             assert ref is not None, f"{name} must come from a Secret"
-            assert ref["name"] == SECRET_NAME and ref["key"] == name, ref
+            secret = OWN_SECRETS.get((rendered.tree, name), SECRET_NAME)
+            assert ref["name"] == secret and ref["key"] == name, ref
             secret_refs[name] = ref.get("optional", False)
     expected = spec.env_names & CREDENTIALS
     assert set(secret_refs) == expected, f"Secret refs {set(secret_refs)} vs {expected}"
     for name, optional in secret_refs.items():
-        required = rendered.tree == "prod" and name in REQUIRED_IN_PROD
+        required = (rendered.tree == "prod" and name in REQUIRED_IN_PROD) or (
+            rendered.tree,
+            name,
+        ) in OWN_SECRETS
         assert optional is not required, f"{rendered.tree}: {name} optional={optional}"
 
 
@@ -385,6 +399,52 @@ def test_dev_runs_a_milvus_standalone_with_its_volume() -> None:
     assert 19530 in [p["port"] for p in svc["spec"]["ports"]]
     assert selects(svc["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"])
     assert sts["spec"]["serviceName"] == "milvus"
+
+
+def test_dev_runs_a_postgresql_with_its_volume_for_the_control_plane() -> None:
+    r = Rendered("dev")
+    sts = r.get("StatefulSet", "postgres")
+    assert sts["spec"]["replicas"] == 1
+    c = container(sts, "postgres")
+    assert c["image"].startswith("postgres:15")
+    claims = {t["metadata"]["name"]: t for t in sts["spec"]["volumeClaimTemplates"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert mounts["/var/lib/postgresql/data"] in claims, "the data dir must be on the volume"
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    assert env["PGDATA"].startswith("/var/lib/postgresql/data/")
+    svc = r.get("Service", "postgres")
+    assert 5432 in [p["port"] for p in svc["spec"]["ports"]]
+    assert selects(svc["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"])
+    secret = r.get("Secret", "supermew-postgres")
+    url = secret["stringData"]["DATABASE_URL"]
+    assert url.startswith("postgresql+asyncpg://") and "@postgres:5432/" in url
+    retrieval = r.get("Deployment", "retrieval")
+    for c in all_containers(retrieval):  # the wait and the service
+        ref = {e["name"]: e for e in c.get("env", [])}["DATABASE_URL"]["valueFrom"]
+        assert ref["secretKeyRef"]["name"] == "supermew-postgres"
+    assert "MIGRATE_ON_START" not in config_of(r, SERVICES["retrieval"])  # default: true
+
+
+def test_prod_reads_the_database_from_its_secret_and_migrates_in_a_job() -> None:
+    r = Rendered("prod")
+    assert not [s for s in r.all("StatefulSet") if s["metadata"]["name"] == "postgres"]
+    retrieval = r.get("Deployment", "retrieval")
+    env = {e["name"]: e for e in container(retrieval, "retrieval")["env"]}
+    ref = env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"], ref.get("optional")) == (SECRET_NAME, "DATABASE_URL", False)
+    assert config_of(r, SERVICES["retrieval"])["MIGRATE_ON_START"] == "false"
+    job = r.get("Job", "retrieval-db-migrate")
+    [migrate] = job["spec"]["template"]["spec"]["containers"]
+    assert migrate["command"] == ["python", "-m", "retrieval_service", "db", "upgrade"]
+    assert migrate["image"] == container(retrieval, "retrieval")["image"]
+    job_env = {e["name"]: e for e in migrate["env"]}
+    assert job_env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == ref
+    config = [e["configMapRef"]["name"] for e in migrate["envFrom"]]
+    assert config == [
+        e["configMapRef"]["name"] for e in container(retrieval, "retrieval")["envFrom"]
+    ]
+    ctx = migrate["securityContext"]
+    assert ctx["readOnlyRootFilesystem"] is True and ctx["allowPrivilegeEscalation"] is False
 
 
 # ---- prod: a Helm-installed Milvus cluster, auth on, TLS at the edge ----------------------------
