@@ -11,10 +11,11 @@ deletion's purge removes it) or fails NOT_FOUND after it (and its writer removes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, tuple_
+from sqlalchemy import and_, delete, func, select, text, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -141,10 +142,35 @@ async def write_versions(
     """Upserts version records and the current versions they change, in the caller's
     transaction (no knowledge-base check: `put` and the upgrade make their own)."""
     statement = upsert(db, document_versions, ("knowledge_base", "document_id", "version"))
+    changed = {e.key for e in entries if e.state != PENDING}
+    await lock_documents(db, connection, changed)
     rows = [_version_row(e) for e in entries]
     for batch in _chunks(rows):
         await connection.execute(statement, list(batch))
-    await refresh_documents(connection, {e.key for e in entries if e.state != PENDING})
+    await refresh_documents(connection, changed)
+
+
+def _lock_key(key: DocKey) -> int:
+    """A document's advisory-lock key: 64 bits of a hash of its (knowledge base, id)."""
+    digest = hashlib.blake2b(f"{key[0]}\x00{key[1]}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+async def lock_documents(db: Database, connection: AsyncConnection, keys: set[DocKey]) -> None:
+    """Serialises the transactions that change the same documents' current versions until
+    they end. PostgreSQL: one advisory lock per document, taken in key order (so two writers
+    of overlapping documents never deadlock); without it, two replicas committing versions of
+    one document at once would each compute its current version without the other's and
+    the later commit could install the older one. SQLite: every write transaction holds the
+    database's write lock already (BEGIN IMMEDIATE)."""
+    if db.dialect != "postgresql" or not keys:
+        return
+    await connection.execute(
+        text(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k ORDER BY k"
+        ),
+        {"keys": sorted({_lock_key(k) for k in keys})},
+    )
 
 
 async def refresh_documents(connection: AsyncConnection, changed: set[DocKey]) -> None:
@@ -201,6 +227,7 @@ class SqlDocumentRegistry:
             return
         changed = {(kb, doc) for kb, doc, _ in keys}
         async with self._db.write("registry.remove") as connection:
+            await lock_documents(self._db, connection, changed)
             for batch in _chunks(keys):
                 await connection.execute(
                     delete(document_versions).where(

@@ -116,6 +116,7 @@ class Lease:
         self._held: dict[tuple[str, str, str], DocumentEntry] = {}
         self._expires_ms = 0
         self._lost = False
+        self._gone: NotFound | None = None
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
         self.lock = asyncio.Lock()
@@ -130,7 +131,10 @@ class Lease:
         return not self._lost
 
     def check(self) -> None:
-        """Raises `LeaseLapsed` unless the lease is safely live (call under `lock`)."""
+        """Raises `LeaseLapsed` unless the lease is safely live (call under `lock`); the
+        renewal's NOT_FOUND when the knowledge base was deleted meanwhile."""
+        if self._gone is not None:
+            raise self._gone
         if not self._usable():
             raise LeaseLapsed()
 
@@ -173,9 +177,9 @@ class Lease:
             except LeaseLapsed:
                 log.error("the lease of %s lapsed; the write will commit nothing", self._named())
                 return
-            except NotFound:
+            except NotFound as gone:
                 # The knowledge base was deleted meanwhile: the write can never commit.
-                self._lost = True
+                self._lost, self._gone = True, gone
                 log.error(
                     "the knowledge base of %s is gone; the write will commit nothing", self._named()
                 )
