@@ -94,7 +94,9 @@ async def subprocess_service(
             if proc.returncode is not None:
                 raise RuntimeError(f"orchestrator exited with {proc.returncode}")
             try:
-                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                reply = await health.Check(  # type: ignore[attr-defined]  # the stubs' sync Check
+                    health_pb2.HealthCheckRequest(), timeout=0.5
+                )
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     break
             except grpc.aio.AioRpcError:

@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from retrieval_service.adapters.rerank import Reranker
 from retrieval_service.bootstrap import RetrievalApp, clear_milvus_env, retrieval_config
 from retrieval_service.core.documents import DocumentEntry
 from retrieval_service.core.errors import StoreUnavailable
-from retrieval_service.core.ports import Doc, StoredChunk
+from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
@@ -230,14 +232,21 @@ class OneSidedRecall:
         self._side = side
 
     async def hybrid_search(
-        self, level: int, text: str, vector: Sequence[float], candidate_k: int
+        self,
+        level: int,
+        text: str,
+        vector: Sequence[float],
+        candidate_k: int,
+        scope: SearchScope = DEFAULT_SCOPE,
     ) -> list[Doc]:
         if self._side == "dense":
             raise StoreUnavailable(DENSE_ONLY)
-        return await self._chunks.bm25_search(level, text, candidate_k)
+        return await self._chunks.bm25_search(level, text, candidate_k, scope)
 
-    async def dense_search(self, level: int, vector: Sequence[float], limit: int) -> list[Doc]:
-        return await self._chunks.dense_search(level, vector, limit)
+    async def dense_search(
+        self, level: int, vector: Sequence[float], limit: int, scope: SearchScope = DEFAULT_SCOPE
+    ) -> list[Doc]:
+        return await self._chunks.dense_search(level, vector, limit, scope)
 
     async def get_versioned(self, level: int, keys: Sequence[tuple[str, str]]) -> dict[str, Doc]:
         return await self._chunks.get_versioned(level, keys)
@@ -248,8 +257,13 @@ class OneSidedRecall:
     async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
         return await self._chunks.delete_rows(level, pks)
 
-    async def delete_older(self, level: int, filename: str, version: str) -> int:
-        return await self._chunks.delete_older(level, filename, version)
+    async def delete_older(
+        self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
+    ) -> int:
+        return await self._chunks.delete_older(level, document_id, version, knowledge_base)
+
+    async def delete_knowledge_base(self, level: int, knowledge_base: str) -> int:
+        return await self._chunks.delete_knowledge_base(level, knowledge_base)
 
     async def seal(self) -> None:
         await self._chunks.seal()
@@ -276,6 +290,10 @@ def mode_pipeline(app: RetrievalApp, side: str, config: RetrievalConfig) -> Retr
     return RetrievalPipeline(store, app.embedder, reranker, config, app.registry)
 
 
+def _add_servicer(servicer: RetrievalServicer, server: grpc.aio.Server) -> None:
+    retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(servicer, server)
+
+
 @asynccontextmanager
 async def serve_modes(
     app: RetrievalApp, modes: dict[str, tuple[str, bool]], **overrides: Any
@@ -294,9 +312,7 @@ async def serve_modes(
                 app.settings,
                 port=0,
                 service_names=[SERVICE_NAME],
-                add_servicers=lambda s, sv=servicer: (
-                    retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(sv, s)
-                ),
+                add_servicers=partial(_add_servicer, servicer),
             )
             port = await server.start()
             servers.append(server)
@@ -378,7 +394,7 @@ def raw_hybrid(raw: Any, collection: str, text: str, vector: np.ndarray, k: int)
 
     cfg = StoreConfig(uri="", token=None, collection="", dim=0)
     depth = cfg.recall_depth * k
-    dense = dense_spec(vector, depth, 3, hnsw_ef=cfg.hnsw_ef).request()
+    dense = dense_spec(vector.tolist(), depth, 3, hnsw_ef=cfg.hnsw_ef).request()
     sparse = bm25_spec(text, depth, 3, drop_ratio=cfg.bm25_drop_ratio_search).request()
     return raw.hybrid_search(
         collection,
@@ -423,7 +439,7 @@ async def measure_latency(
     }
     merged = 0
     for t, v in zip(texts, vectors, strict=True):
-        ms, reply = await time_async(lambda t=t: endpoint.retrieve(t))
+        ms, reply = await time_async(partial(endpoint.retrieve, t))
         paths["Retrieve RPC"].append(ms)
         merged += reply.meta.auto_merge_applied
 
@@ -433,9 +449,9 @@ async def measure_latency(
 
         paths["embed + raw hybrid_search"].append((await time_async(embed_and_search))[0])
         paths["raw hybrid_search"].append(
-            time_sync(lambda t=t, v=v: raw_hybrid(raw, collection, t, v, k))[0]
+            time_sync(partial(raw_hybrid, raw, collection, t, v, k))[0]
         )
-        paths["numpy brute-force dense"].append(time_sync(lambda v=v: numpy_top(matrix, v, k))[0])
+        paths["numpy brute-force dense"].append(time_sync(partial(numpy_top, matrix, v, k))[0])
     rows, header = latency_rows(paths, "Retrieve RPC")
     print(
         f"\nlatency, {label}: {len(texts)} queries over {len(matrix)} leaf rows, embedder "

@@ -13,6 +13,7 @@ import asyncio
 import statistics
 import sys
 import time
+from typing import Any
 
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
@@ -46,7 +47,8 @@ async def _measure(
     answered = orchestrator_pb2.RunRequest(question=question, generate_answer=True)
     await stub.Run(plain)  # warm-up
     result = await stub.Run(answered)
-    without, with_answer = [], []
+    without: list[float] = []
+    with_answer: list[float] = []
     for _ in range(rounds):
         for request, samples in ((plain, without), (answered, with_answer)):
             started = time.perf_counter()
@@ -70,7 +72,7 @@ def _answer_alone(result: orchestrator_pb2.RunResult, repeats: int = 200) -> flo
 
 async def run(rounds: int) -> None:
     quiet()
-    rows = []
+    rows: list[list[Any]] = []
     async with local_stack("bench-answer-", lambda app: seed_samples(app, str(SAMPLES))) as s:
         for question in QUESTIONS:
             without, with_answer, result = await _measure(s.orchestrator, question, rounds)

@@ -86,9 +86,9 @@ def supported(result: orchestrator_pb2.RunResult, support: str) -> bool:
     return any(want in _norm(c.quote) for c in result.answer.citations)
 
 
-async def run() -> list[dict[str, object]]:
+async def run() -> list[dict[str, Any]]:
     quiet()
-    outcomes: list[dict[str, object]] = []
+    outcomes: list[dict[str, Any]] = []
 
     async def fill(app: RetrievalApp) -> None:
         await app.ingestor.ingest(documents())
@@ -119,16 +119,16 @@ def offered(result: orchestrator_pb2.RunResult) -> list[str]:
     return list(rag_trace_from_proto(result.rag_trace).get("hitl_options") or [])
 
 
-def score(outcomes: list[dict[str, object]]) -> dict[str, float]:
-    def route_ok(o: dict[str, object]) -> bool:
-        return o["result"].route in str(o["route"]).split("|")  # type: ignore[attr-defined]
+def score(outcomes: list[dict[str, Any]]) -> dict[str, float]:
+    def route_ok(o: dict[str, Any]) -> bool:
+        return o["result"].route in str(o["route"]).split("|")
 
     answers = [o for o in outcomes if o["route"] == "answer"]
-    nk = [o for o in outcomes if o["result"].route == "no_knowledge"]  # type: ignore[attr-defined]
+    nk = [o for o in outcomes if o["result"].route == "no_knowledge"]
     return {
         "route accuracy": sum(map(route_ok, outcomes)) / len(outcomes),
         "answer accuracy": sum(
-            o["result"].route == "answer" and supported(o["result"], str(o["support"]))  # type: ignore[attr-defined]
+            o["result"].route == "answer" and supported(o["result"], str(o["support"]))
             for o in answers
         )
         / len(answers),
@@ -157,29 +157,29 @@ def main(argv: list[str] | None = None) -> None:
     )
     for name, value in score(outcomes).items():
         print(f"{name:<26}{value:.3f}")
-    routed = [str(o["result"].route) for o in outcomes]  # type: ignore[attr-defined]
+    routed = [str(o["result"].route) for o in outcomes]
     absent = [o for o in outcomes if o["route"] != "answer"]
     print(
         f"routed no_knowledge: {routed.count('no_knowledge')}, clarify: {routed.count('clarify')}, "
         f"scope_select: {routed.count('scope_select')}; absent or near-miss questions not "
-        f"answered: {sum(o['result'].route != 'answer' for o in absent)} of {len(absent)}"  # type: ignore[attr-defined]
+        f"answered: {sum(o['result'].route != 'answer' for o in absent)} of {len(absent)}"
     )
     print("misses:")
     for o in outcomes:
         result = o["result"]
-        ok_route = result.route in str(o["route"]).split("|")  # type: ignore[attr-defined]
-        ok_answer = o["route"] != "answer" or supported(result, str(o["support"]))  # type: ignore[arg-type]
+        ok_route = result.route in str(o["route"]).split("|")
+        ok_answer = o["route"] != "answer" or supported(result, str(o["support"]))
         ok_partial = "partial" not in o or partial_ok(o)
         ok_options = "options" not in o or options_ok(o)
         if ok_route and ok_answer and ok_partial and ok_options:
             continue
-        text = _norm(result.answer.text)[:110] if result.HasField("answer") else ""  # type: ignore[attr-defined]
-        why = "" if ok_route else f"  ({result.rag_trace.evidence_reason})"  # type: ignore[attr-defined]
+        text = _norm(result.answer.text)[:110] if result.HasField("answer") else ""
+        why = "" if ok_route else f"  ({result.rag_trace.evidence_reason})"
         if not ok_options:
-            why += f"  options {offered(result)}"  # type: ignore[arg-type]
+            why += f"  options {offered(result)}"
         if not ok_partial:
             why += "  (partial: not as expected)"
-        print(f"  [{o['route']} → {result.route}] {o['question']}  {text}{why}")  # type: ignore[attr-defined]
+        print(f"  [{o['route']} → {result.route}] {o['question']}  {text}{why}")
 
 
 if __name__ == "__main__":

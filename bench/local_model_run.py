@@ -12,6 +12,7 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from supermew.v1 import orchestrator_pb2
 
@@ -40,7 +41,7 @@ QUESTIONS = (
 )
 
 
-async def _timed(call, rounds: int) -> tuple[list[float], object]:
+async def _timed(call: Any, rounds: int) -> tuple[list[float], Any]:
     reply = await call()  # warm-up
     samples = []
     for _ in range(rounds):
@@ -53,7 +54,7 @@ async def _timed(call, rounds: int) -> tuple[list[float], object]:
 async def run(rounds: int) -> None:
     quiet()
     async with local_stack("bench-local-run-", lambda app: seed_samples(app, str(SAMPLES))) as s:
-        rows = []
+        rows: list[list[Any]] = []
         for question in QUESTIONS:
             request = orchestrator_pb2.RunRequest(question=question)
             runs, result = await _timed(lambda r=request: s.orchestrator.Run(r), rounds)

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 
@@ -43,7 +44,7 @@ Q_REWRITE = "请讲讲丹瑾在队伍里一般担任的职责以及配队思路"
 DOCS = [chunk("roles.md", "1", "丹瑾：衍射属性。"), chunk("roles.md", "2", "卡卡罗：导电。")]
 
 
-def _decide(task: str, question: str):
+def _decide(task: str, question: str | None) -> Any:
     if task == "complexity_classification":
         return complexity("simple", "单一")
     if task == "query_rewrite":
@@ -53,7 +54,7 @@ def _decide(task: str, question: str):
     return grade("strong", "sufficient", "answer")
 
 
-async def _stack(**settings: object) -> Stack:
+async def _stack(**settings: Any) -> Stack:
     ms = ModelScript()
     ms.fallback = _decide
     rs = RetrievalScript()

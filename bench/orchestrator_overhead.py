@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from typing import Any
 
 import grpc
 import httpx
@@ -35,7 +36,7 @@ DOCS = [
 ]
 
 
-def _decide(task: str, question: str):
+def _decide(task: str, question: str | None) -> Any:
     if task == "complexity_classification":
         if question == Q_COMPLEX:
             return complexity("complex", "对比", SUBS)

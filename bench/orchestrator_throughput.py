@@ -154,7 +154,9 @@ async def _service(
             # every connection to the first one up.
             if _listeners(port) == workers:
                 try:
-                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    reply = await health.Check(  # type: ignore[attr-defined]  # sync-only stubs
+                        health_pb2.HealthCheckRequest(), timeout=0.5
+                    )
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
                         break
                 except grpc.aio.AioRpcError:
@@ -230,7 +232,7 @@ def main() -> None:
         )
 
     def mean(variant: str, case: str, column: int) -> float:
-        values = [row[column] for row in rows if row[0] == variant and row[1] == case]
+        values = [float(row[column]) for row in rows if row[0] == variant and row[1] == case]
         return sum(values) / len(values)
 
     rate, cpu = 2, 4  # columns of a Row

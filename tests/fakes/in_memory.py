@@ -4,7 +4,7 @@ with an optional latency and a scripted `Retriever`. For unit tests and the benc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from orchestrator_service.conversation import Turn
@@ -59,6 +59,19 @@ class InMemoryModel:
 
     async def condense_question(self, question: str, history: Sequence[Turn], *, timeout=None):
         return CondensedQuestion(**await self._reply(TASK_CONDENSE, question))
+
+    #: The answer comes from `decide("answer_generation", question)["text"]`, in one piece.
+    answer_model = "in-memory"
+
+    async def stream_answer(
+        self,
+        question: str,
+        docs: Sequence[Mapping[str, Any]],
+        *,
+        missing_slots: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> AsyncIterator[str]:
+        yield str((await self._reply("answer_generation", question)).get("text", ""))
 
     async def aclose(self) -> None:
         return None

@@ -508,8 +508,9 @@ class InMemoryKnowledgeBaseStore:
         current = self._records.get(record.name)
         if current is None or current.state != ACTIVE:
             return False
-        texts = {"display_name": record.display_name, "description": record.description}
-        self._records[record.name] = replace(current, **texts)
+        self._records[record.name] = replace(
+            current, display_name=record.display_name, description=record.description
+        )
         return True
 
     async def mark_deleting(self, name: str) -> bool:

@@ -144,6 +144,7 @@ class _Servicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         reply = owner.script.next_reply(request.query)
         if isinstance(reply, Failure):
             await context.abort(reply.code, reply.details)
+            raise AssertionError("abort raises")  # for the type checker: never reached
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(d) for d in reply.docs], meta=retrieval_meta_to_proto(reply.meta)
         )

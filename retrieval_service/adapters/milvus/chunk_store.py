@@ -148,8 +148,12 @@ class ChunkStore:
         )
         return hits(result)
 
-    async def bm25_search(self, level: int, text: str, limit: int) -> list[Row]:
-        spec = bm25_spec(text, limit, level, drop_ratio=self._config.bm25_drop_ratio_search)
+    async def bm25_search(
+        self, level: int, text: str, limit: int, scope: SearchScope = DEFAULT_SCOPE
+    ) -> list[Row]:
+        """BM25 alone within `scope` (the benches' one-sided recall; not a port method)."""
+        drop = self._config.bm25_drop_ratio_search
+        spec = bm25_spec(text, limit, level, drop_ratio=drop, expr=scope_expr(level, scope))
         result = await self._milvus.run(
             lambda client: client.search(
                 self._collection(level), output_fields=OUTPUT_FIELDS, **spec.search_kwargs()
