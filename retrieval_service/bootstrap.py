@@ -43,6 +43,7 @@ from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, 
 from retrieval_service.core.knowledge_bases import KnowledgeBases
 from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
+from retrieval_service.metrics import TELEMETRY
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.errors import ConfigurationError
@@ -217,7 +218,13 @@ async def create_app(
     )
     recall = retrieval or retrieval_config(settings)
     pipeline = RetrievalPipeline(
-        chunks, embedder, reranker, recall, registry, require=knowledge_bases.require
+        chunks,
+        embedder,
+        reranker,
+        recall,
+        registry,
+        require=knowledge_bases.require,
+        telemetry=TELEMETRY,
     )
     ingestor = Ingestor(
         chunks,
@@ -236,6 +243,7 @@ async def create_app(
         bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),
         require=knowledge_bases.require,
         lease_seconds=settings.ingest_lease_seconds,
+        telemetry=TELEMETRY,
     )
     servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases)
     app = RetrievalApp(

@@ -6,6 +6,7 @@ store.translate. Label values are fixed sets, never a query, file name or error 
 from __future__ import annotations
 
 import types
+from contextlib import AbstractContextManager
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -82,16 +83,16 @@ MILVUS_ERRORS = Counter(
 DB_OPERATIONS = (
     "connect",
     "migrate",
-    "knowledge_bases.create",
-    "knowledge_bases.update",
-    "knowledge_bases.get",
-    "knowledge_bases.remove",
-    "knowledge_bases.all",
-    "knowledge_bases.mark_deleting",
-    "registry.put",
-    "registry.remove",
-    "registry.read",
-    "registry.counts",
+    "knowledge_bases_create",
+    "knowledge_bases_update",
+    "knowledge_bases_get",
+    "knowledge_bases_remove",
+    "knowledge_bases_all",
+    "knowledge_bases_mark_deleting",
+    "registry_put",
+    "registry_remove",
+    "registry_read",
+    "registry_counts",
     "upgrade",
 )
 DB_ERRORS = Counter(
@@ -162,3 +163,25 @@ def record_milvus_error(exc: BaseException) -> None:
 
 def record_db_error(operation: str) -> None:
     DB_ERRORS.labels(bounded(operation, DB_OPERATIONS)).inc()
+
+
+class PrometheusTelemetry:
+    """The core's `Telemetry` port on this service's Prometheus families."""
+
+    def stage(self, name: str) -> AbstractContextManager[object]:
+        return STAGE[name].time()
+
+    def retrieved(self, mode: str) -> None:
+        record_retrieve(mode)
+
+    def threshold_dropped(self, count: int) -> None:
+        record_threshold_dropped(count)
+
+    def ingested(self, l1_chunks: int, l2_chunks: int, l3_chunks: int) -> None:
+        record_ingested(l1_chunks, l2_chunks, l3_chunks)
+
+    def reclaimed(self, state: str, count: int) -> None:
+        record_reclaimed(state, count)
+
+
+TELEMETRY = PrometheusTelemetry()

@@ -7,6 +7,7 @@ may raise `core.errors.STORE_FAILURES`; an embedder raises `EmbedderUnavailable`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -212,6 +213,52 @@ class KnowledgeBaseStore(Protocol):
     async def all(self) -> list[KnowledgeBaseRecord]:
         """Every record, any state, in name order."""
         ...
+
+
+class Telemetry(Protocol):
+    """What the core reports of its work, for the service's metrics (`retrieval_service.metrics`
+    implements it on Prometheus; the core imports no metrics module). Every method is cheap
+    and never fails the work it reports."""
+
+    def stage(self, name: str) -> AbstractContextManager[object]:
+        """Times one stage of a retrieval (`embed`, `recall`, `merge`, `rerank`)."""
+        ...
+
+    def retrieved(self, mode: str) -> None:
+        """One retrieval answered with this retrieval_mode."""
+        ...
+
+    def threshold_dropped(self, count: int) -> None: ...
+
+    def ingested(self, l1_chunks: int, l2_chunks: int, l3_chunks: int) -> None:
+        """One document version committed, with its chunks per level."""
+        ...
+
+    def reclaimed(self, state: str, count: int) -> None:
+        """`count` versions in `state` (pending, committed, tombstone) reconciliation removed."""
+        ...
+
+
+class NoTelemetry:
+    """Reports nothing: the core's default, for tests and rigs that measure nothing."""
+
+    def stage(self, name: str) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def retrieved(self, mode: str) -> None:
+        return None
+
+    def threshold_dropped(self, count: int) -> None:
+        return None
+
+    def ingested(self, l1_chunks: int, l2_chunks: int, l3_chunks: int) -> None:
+        return None
+
+    def reclaimed(self, state: str, count: int) -> None:
+        return None
+
+
+NO_TELEMETRY = NoTelemetry()
 
 
 @runtime_checkable

@@ -26,14 +26,15 @@ from retrieval_service.core.merge import (
 )
 from retrieval_service.core.meta import CandidateKSource, RetrievalMeta, RetrievalMode
 from retrieval_service.core.ports import (
+    NO_TELEMETRY,
     ChunkRepository,
     DocumentRegistry,
     Embedder,
     Reranker,
     RerankOutcome,
     SearchScope,
+    Telemetry,
 )
-from retrieval_service.metrics import STAGE, record_retrieve, record_threshold_dropped
 from shared.errors import InvalidArgument
 from shared.scores import effective_score
 from shared.text_input import check_text
@@ -130,10 +131,12 @@ class RetrievalPipeline:
         config: RetrievalConfig,
         versions: DocumentRegistry,
         require: Require = any_well_formed,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         """`versions`: the registry, asked for the current version of each recalled
         document; `require`: resolves the knowledge bases a request names
-        (`KnowledgeBases.require`)."""
+        (`KnowledgeBases.require`); `telemetry`: where stage times and outcomes go."""
+        self._telemetry = telemetry
         self._store = store
         self._require = require
         self._versions = versions
@@ -192,7 +195,7 @@ class RetrievalPipeline:
         else:
             result = await self._retrieve(query, top_k, scope, deadline)
         meta = result.meta
-        record_retrieve(meta.retrieval_mode)
+        self._telemetry.retrieved(meta.retrieval_mode)
         annotate(
             retrieval_mode=meta.retrieval_mode,
             recall_count=meta.recall_count,
@@ -209,7 +212,7 @@ class RetrievalPipeline:
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
-            with STAGE["embed"].time(), span("retrieval embed", stage="embed"):
+            with self._telemetry.stage("embed"), span("retrieval embed", stage="embed"):
                 embedded = await self._embedder.embed_query(query, deadline=deadline)
             # The array itself goes to the store (a sequence of floats to it).
             vector = cast("Sequence[float]", np.asarray(embedded, dtype=np.float32))
@@ -218,7 +221,10 @@ class RetrievalPipeline:
             return self._failure("embedding_failed", top_k, pool)
 
         try:
-            with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="hybrid"):
+            with (
+                self._telemetry.stage("recall"),
+                span("retrieval recall", stage="recall", mode="hybrid"),
+            ):
                 hits = await self._current_only(
                     lambda k: self._store.hybrid_search(cfg.leaf_level, query, vector, k, scope),
                     pool.candidate_k,
@@ -228,7 +234,10 @@ class RetrievalPipeline:
             log.warning("hybrid recall failed, trying dense only")
 
         try:
-            with STAGE["recall"].time(), span("retrieval recall", stage="recall", mode="dense"):
+            with (
+                self._telemetry.stage("recall"),
+                span("retrieval recall", stage="recall", mode="dense"),
+            ):
                 hits = await self._current_only(
                     lambda k: self._store.dense_search(cfg.leaf_level, vector, k, scope),
                     pool.candidate_k,
@@ -292,15 +301,15 @@ class RetrievalPipeline:
     async def _finalize(
         self, query: str, hits: list[Doc], top_k: int, mode: RetrievalMode, pool: CandidatePool
     ) -> RetrievalResult:
-        with STAGE["merge"].time(), span("retrieval merge", stage="merge") as traced:
+        with self._telemetry.stage("merge"), span("retrieval merge", stage="merge") as traced:
             merged = await self._merge(hits)
             traced.set_attribute("supermew.replaced_chunks", merged.replaced)
         ranked = [{**doc, "rrf_rank": i} for i, doc in enumerate(merged.docs, start=1)]
-        with STAGE["rerank"].time(), span("retrieval rerank", stage="rerank") as traced:
+        with self._telemetry.stage("rerank"), span("retrieval rerank", stage="rerank") as traced:
             outcome = await self._reranker.rerank(query, ranked, top_k)
             traced.set_attribute("supermew.rerank_applied", outcome.applied)
         final = [d for d in outcome.docs if passes_threshold(d, self.config.min_score)]
-        record_threshold_dropped(len(outcome.docs) - len(final))
+        self._telemetry.threshold_dropped(len(outcome.docs) - len(final))
         meta = self._meta(mode, pool, top_k, len(hits), merged, outcome, len(ranked), len(final))
         return RetrievalResult(final, meta)
 

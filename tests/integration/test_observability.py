@@ -94,6 +94,7 @@ BOUNDED: dict[str, set[str]] = {
     "retrieval_mode": set(retrieval_metrics.RETRIEVAL_MODES) | {"other"},
     "stage": set(retrieval_metrics.STAGES),
     "level": {"1", "2", "3"},
+    "state": set(retrieval_metrics.RECLAIMED_STATES),
 }
 OUR_PREFIXES = ("grpc_server_", "supermew_")
 

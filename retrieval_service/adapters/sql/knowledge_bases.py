@@ -47,7 +47,7 @@ class SqlKnowledgeBaseStore:
         statement = dialect_insert(self._db, knowledge_bases).on_conflict_do_nothing(
             index_elements=["name"]
         )
-        async with self._db.write("knowledge_bases.create") as connection:
+        async with self._db.write("knowledge_bases_create") as connection:
             result = await connection.execute(statement, _row(record))
         return bool(result.rowcount == 1)
 
@@ -57,7 +57,7 @@ class SqlKnowledgeBaseStore:
             .where(_K.name == record.name, _K.state == ACTIVE)
             .values(display_name=record.display_name, description=record.description)
         )
-        async with self._db.write("knowledge_bases.update") as connection:
+        async with self._db.write("knowledge_bases_update") as connection:
             result = await connection.execute(statement)
         return bool(result.rowcount == 1)
 
@@ -67,20 +67,20 @@ class SqlKnowledgeBaseStore:
             .where(_K.name == name, _K.state == ACTIVE)
             .values(state=DELETING)
         )
-        async with self._db.write("knowledge_bases.mark_deleting") as connection:
+        async with self._db.write("knowledge_bases_mark_deleting") as connection:
             result = await connection.execute(statement)
         return bool(result.rowcount == 1)
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None:
-        async with self._db.read("knowledge_bases.get") as connection:
+        async with self._db.read("knowledge_bases_get") as connection:
             row = (await connection.execute(select(knowledge_bases).where(_K.name == name))).first()
         return _record(row) if row is not None else None
 
     async def remove(self, name: str) -> None:
-        async with self._db.write("knowledge_bases.remove") as connection:
+        async with self._db.write("knowledge_bases_remove") as connection:
             await connection.execute(delete(knowledge_bases).where(_K.name == name))
 
     async def all(self) -> list[KnowledgeBaseRecord]:
-        async with self._db.read("knowledge_bases.all") as connection:
+        async with self._db.read("knowledge_bases_all") as connection:
             rows = await connection.execute(select(knowledge_bases).order_by(_K.name))
             return [_record(row) for row in rows]

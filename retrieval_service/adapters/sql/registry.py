@@ -216,7 +216,7 @@ class SqlDocumentRegistry:
         every document whose committed records they change."""
         if not entries:
             return
-        async with self._db.write("registry.put") as connection:
+        async with self._db.write("registry_put") as connection:
             for knowledge_base in sorted({e.knowledge_base for e in entries}):
                 await require_active(self._db, connection, knowledge_base)
             await write_versions(self._db, connection, entries)
@@ -226,7 +226,7 @@ class SqlDocumentRegistry:
         if not keys:
             return
         changed = {(kb, doc) for kb, doc, _ in keys}
-        async with self._db.write("registry.remove") as connection:
+        async with self._db.write("registry_remove") as connection:
             await lock_documents(self._db, connection, changed)
             for batch in _chunks(keys):
                 await connection.execute(
@@ -248,7 +248,7 @@ class SqlDocumentRegistry:
     ) -> dict[str, list[DocumentEntry]]:
         ids = sorted(set(document_ids))
         out: dict[str, list[DocumentEntry]] = {}
-        async with self._db.read("registry.read") as connection:
+        async with self._db.read("registry_read") as connection:
             for batch in _chunks(ids):
                 rows = await connection.execute(
                     select(document_versions)
@@ -270,7 +270,7 @@ class SqlDocumentRegistry:
         )
 
     async def get(self, document_id: str, knowledge_base: str = DEFAULT_KB) -> DocumentEntry | None:
-        async with self._db.read("registry.read") as connection:
+        async with self._db.read("registry_read") as connection:
             row = (
                 (
                     await connection.execute(
@@ -291,7 +291,7 @@ class SqlDocumentRegistry:
         out: dict[str, str] = {}
         if not ids:
             return out
-        async with self._db.read("registry.read") as connection:
+        async with self._db.read("registry_read") as connection:
             for batch in _chunks(ids):
                 rows = await connection.execute(
                     select(_D.document_id, _D.version).where(
@@ -305,13 +305,13 @@ class SqlDocumentRegistry:
         query = select(*_KEY_COLUMNS).order_by(_V.knowledge_base, _V.document_id, _V.version)
         if knowledge_base is not None:
             query = query.where(_V.knowledge_base == knowledge_base)
-        async with self._db.read("registry.read") as connection:
+        async with self._db.read("registry_read") as connection:
             return [_key_of(row) for row in await connection.execute(query)]
 
     async def full(self, keys: Iterable[RecordKey]) -> list[DocumentEntry]:
         wanted = [(k.knowledge_base, k.document_id, k.version) for k in keys]
         out: list[DocumentEntry] = []
-        async with self._db.read("registry.read") as connection:
+        async with self._db.read("registry_read") as connection:
             for batch in _chunks(wanted):
                 rows = await connection.execute(
                     select(document_versions).where(
@@ -331,7 +331,7 @@ class SqlDocumentRegistry:
             .order_by(_D.document_id)
             .limit(page_size + 1)
         )
-        async with self._db.read("registry.read") as connection:
+        async with self._db.read("registry_read") as connection:
             entries = [entry_of(row) for row in (await connection.execute(query)).mappings()]
         more = len(entries) > page_size
         entries = entries[:page_size]
@@ -346,7 +346,7 @@ class SqlDocumentRegistry:
         of the documents that carry an `acl` when `groups` is set."""
         out = {name: (0, 0) for name in knowledge_bases}
         chunks = _D.l1_chunks + _D.l2_chunks + _D.l3_chunks
-        async with self._db.read("registry.counts") as connection:
+        async with self._db.read("registry_counts") as connection:
             for batch in _chunks(list(knowledge_bases)):
                 query = (
                     select(_D.knowledge_base, func.count(), func.coalesce(func.sum(chunks), 0))

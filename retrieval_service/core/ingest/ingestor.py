@@ -71,10 +71,12 @@ from retrieval_service.core.ingest.versions import (
     stage,
 )
 from retrieval_service.core.ports import (
+    NO_TELEMETRY,
     ChunkRepository,
     DocumentRegistry,
     Embedder,
     PageLoader,
+    Telemetry,
 )
 from shared.access import document_visible
 from shared.errors import InvalidArgument, PermissionDenied
@@ -125,6 +127,7 @@ class Ingestor:
         require: Require = any_well_formed,
         lease_seconds: float = 30.0,
         clock: Clock = wall_clock_ms,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
         """`load_pages` turns a document's bytes into pages; `window`: texts per embedding
         window (default `embedding_window(embedder)`); `bm25_levels`: the levels whose chunks
@@ -139,7 +142,12 @@ class Ingestor:
         self._max_bytes = max_document_bytes
         self._window = window or embedding_window(embedder)
         self._versions = VersionProtocol(
-            chunks, registry, checkpoint, lease_seconds=lease_seconds, clock=clock
+            chunks,
+            registry,
+            checkpoint,
+            lease_seconds=lease_seconds,
+            clock=clock,
+            telemetry=telemetry,
         )
         self._require = require
         # What every version's fingerprint includes besides the document itself.

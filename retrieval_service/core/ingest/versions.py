@@ -40,8 +40,13 @@ from retrieval_service.core.ingest.leases import (
     wall_clock_ms,
 )
 from retrieval_service.core.ingest.preparation import Prepared
-from retrieval_service.core.ports import ChunkRepository, DocumentRegistry, StoredChunk
-from retrieval_service.metrics import record_ingested, record_reclaimed
+from retrieval_service.core.ports import (
+    NO_TELEMETRY,
+    ChunkRepository,
+    DocumentRegistry,
+    StoredChunk,
+    Telemetry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +192,9 @@ class VersionProtocol:
         *,
         lease_seconds: float = 30.0,
         clock: Clock = wall_clock_ms,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> None:
+        self._telemetry = telemetry
         self._chunks = chunks
         self._registry = registry
         self._checkpoint = checkpoint
@@ -243,7 +250,7 @@ class VersionProtocol:
             raise
         for v, entry in zip(completed, committed, strict=True):
             v.entry, v.committed = entry, True
-            record_ingested(*(entry.level_count(lvl) for lvl in LEVELS))
+            self._telemetry.ingested(*(entry.level_count(lvl) for lvl in LEVELS))
         await self._checkpoint("after_commit")
         await self.settle([v.entry for v in completed])
         await self._checkpoint("after_cleanup")
@@ -387,7 +394,7 @@ class VersionProtocol:
         await self.remove(entries, "reconcile")
         await self.seal()
         for state, name in _STATE_NAMES.items():
-            record_reclaimed(name, sum(e.state == state for e in entries))
+            self._telemetry.reclaimed(name, sum(e.state == state for e in entries))
         log.info("reconciliation removed %d stale document versions", len(entries))
         return len(entries)
 
