@@ -20,8 +20,9 @@ import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
-from shared.auth import QUOTA_SPENT, caller_key
+from shared.auth import caller_key
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
+from shared.error_details import QUOTA_SPENT_REASON, ErrorDetails, read_details
 from shared.errors import (
     DeadlineExceeded,
     DependencyUnavailable,
@@ -96,10 +97,10 @@ def _internal(limit: CallLimit) -> DomainError:
     return InternalFailure("retrieval failed")
 
 
-# Retrieval's details when it judged a field the caller sent through the orchestrator
-# unchanged: "knowledge_bases[1]: ..." or "filter: ... at column 9". Anything else is about
+# The fields of a Retrieve the caller sent through the orchestrator unchanged, as retrieval's
+# ErrorInfo names them ("knowledge_bases[1]", "filter"). A verdict on any other field is about
 # text or settings of our own.
-_CALLERS_FIELD = re.compile(r"((?:knowledge_bases|filter)(?:\[\d+\])?): (.*)", re.DOTALL)
+_CALLERS_FIELD = re.compile(r"(?:knowledge_bases|filter)(?:\[\d+\])?")
 
 # The caller's own errors, passed on with retrieval's field-first message when the details name
 # one of the caller's fields (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails).
@@ -143,18 +144,25 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
 }
 
 
-def translate(code: grpc.StatusCode, limit: CallLimit, details: str = "") -> DomainError:
-    """The domain error for a Retrieve call that ended with `code` and `details` under
-    `limit`: the caller's own error when retrieval judged a field the caller sent
-    (CALLERS_ERRORS) or refused the caller's key its quota (the caller's too: retrieval's
-    details, which say when to retry), else the status's entry in DOWNSTREAM_ERRORS."""
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith(QUOTA_SPENT):
+def translate(
+    code: grpc.StatusCode, limit: CallLimit, details: str = "", info: ErrorDetails | None = None
+) -> DomainError:
+    """The domain error for a Retrieve call that ended with `code`, `details` and the typed
+    details `info` (docs/api.md#error-details) under `limit`: the caller's own error when
+    retrieval's ErrorInfo names a field the caller sent (CALLERS_ERRORS) or refused the
+    caller's key its quota (reason QUOTA_SPENT: the caller's too, with retrieval's message,
+    which says when to retry), else the status's entry in DOWNSTREAM_ERRORS. The message text
+    decides nothing."""
+    if info is not None and info.reason == QUOTA_SPENT_REASON:
         return ResourceExhausted(details)
     callers = CALLERS_ERRORS.get(code)
-    if callers is not None:
-        named = _CALLERS_FIELD.fullmatch(details)
-        if named is not None:
-            return callers(named.group(1), named.group(2))
+    field = info.field if info is not None else None
+    if callers is not None and field is not None and _CALLERS_FIELD.fullmatch(field):
+        assert info is not None
+        message = info.description
+        if message is None:
+            message = details.removeprefix(f"{field}: ")
+        return callers(field, message)
     return DOWNSTREAM_ERRORS.get(code, _internal)(limit)
 
 
@@ -239,7 +247,8 @@ class RetrievalClient:
                 request, timeout=limit.seconds, metadata=self._call_metadata()
             )
         except grpc.aio.AioRpcError as exc:
-            error = translate(exc.code(), limit, exc.details() or "")
+            info = read_details(exc.trailing_metadata())
+            error = translate(exc.code(), limit, exc.details() or "", info)
             log.warning(
                 "Retrieve to %s failed with %s (%s); answering %s",
                 self.address or "retrieval",

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.protobuf import duration_pb2
+from google.rpc import error_details_pb2
 from prometheus_client import CollectorRegistry, Counter
 
 from shared.access import Principal, knowledge_bases_named, set_current_principal
+from shared.error_details import QUOTA_SPENT_REASON, details_trailer
 from shared.errors import PermissionDenied
 from shared.keys import KeyRing
 from shared.observability import Continuation, rewrap
@@ -38,7 +39,6 @@ OPEN_PREFIXES: Final = (
     "/grpc.reflection.v1alpha.ServerReflection/",
     "/grpc.reflection.v1.ServerReflection/",
 )
-_STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 #: How a quota refusal's details begin (the orchestrator passes retrieval's on to the caller:
 #: it is about the caller's own key).
 QUOTA_SPENT: Final = "this key's quota is spent"
@@ -99,17 +99,15 @@ class Quotas:
 
 
 def retry_info_trailer(code: grpc.StatusCode, message: str, delay: float) -> tuple[str, bytes]:
-    """The `grpc-status-details-bin` trailer of a google.rpc.Status with one RetryInfo."""
+    """The `grpc-status-details-bin` trailer of a google.rpc.Status with an ErrorInfo (reason
+    QUOTA_SPENT) and a RetryInfo saying when to try again."""
     seconds = max(delay, 0.001)
     retry = error_details_pb2.RetryInfo(
         retry_delay=duration_pb2.Duration(
             seconds=int(seconds), nanos=int((seconds - int(seconds)) * 1e9)
         )
     )
-    detail = any_pb2.Any()
-    detail.Pack(retry)
-    status = status_pb2.Status(code=code.value[0], message=message, details=[detail])
-    return _STATUS_DETAILS_KEY, status.SerializeToString()
+    return details_trailer(code, message, reason=QUOTA_SPENT_REASON, extra=[retry])
 
 
 def rate_limited_counter(registry: CollectorRegistry) -> Counter:

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from shared.audit import audit_interceptors
 from shared.auth import OPEN_PREFIXES, AuthInterceptor
+from shared.error_details import trailer_for
 from shared.errors import (
     AlreadyExists,
     ConfigurationError,
@@ -129,10 +130,14 @@ async def _abort_for(
     mapped = status_for(exc)
     if mapped is None:
         log.error("unhandled error in %s%s", method, subject_of(request), exc_info=exc)
-        mapped = (grpc.StatusCode.INTERNAL, "internal error")
-    elif mapped[0] == grpc.StatusCode.INTERNAL:
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+    assert isinstance(exc, DomainError) and mapped is not None
+    if mapped[0] == grpc.StatusCode.INTERNAL:
         log.error("%s failed%s: %s", method, subject_of(request), mapped[1])
-    await context.abort(*mapped)
+    # The typed details (docs/api.md#error-details): callers decide from them, not the text.
+    trailer = trailer_for(exc, mapped[0])
+    trailing: tuple[tuple[str, str | bytes], ...] = (trailer,) if trailer else ()
+    await context.abort(*mapped, trailing_metadata=trailing)
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:

@@ -13,6 +13,8 @@ import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
+from shared.error_details import ERROR_REASONS, details_trailer
+from shared.serve import STATUS_FOR_ERROR
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,43 @@ class Scripted:
 @dataclass(frozen=True)
 class Failure:
     """A scripted reply that ends the call with `code` and `details`, as retrieval's error
-    table would (e.g. NOT_FOUND "knowledge_bases[0]: ...")."""
+    table would (e.g. NOT_FOUND "knowledge_bases[0]: ..."), with the typed details retrieval
+    attaches (shared/error_details.py): an ErrorInfo whose reason is that of `code`'s domain
+    error and whose field is `field` (a BadRequest too for INVALID_ARGUMENT). `field` None:
+    no field, as for retrieval's errors about no request field."""
 
     code: grpc.StatusCode
     details: str
+    field: str | None = None
+
+    def trailer(self) -> tuple[str, bytes]:
+        reason = next(
+            ERROR_REASONS[error]
+            for error, code in STATUS_FOR_ERROR.items()
+            if code == self.code and error in ERROR_REASONS
+        )
+        described = self.field and self.code == grpc.StatusCode.INVALID_ARGUMENT
+        return details_trailer(
+            self.code,
+            self.details,
+            reason=reason,
+            field=self.field,
+            description=self.details.removeprefix(f"{self.field}: ") if described else None,
+        )
+
+
+def field_of(details: str) -> str | None:
+    """The field a domain error's message starts with ("knowledge_bases[1]: …"), as
+    retrieval's errors name it; None for a message that names none."""
+    head, sep, _ = details.partition(": ")
+    return head if sep and head and " " not in head else None
+
+
+@dataclass(frozen=True)
+class _Untyped:
+    """A failure answered without typed details."""
+
+    failure: Failure
 
 
 @dataclass(frozen=True)
@@ -107,7 +142,7 @@ class RetrievalScript:
     """Replies per query; a list is consumed in order (the last repeats). Unknown queries get
     an empty hybrid result."""
 
-    replies: dict[str, list[Scripted | Failure]] = field(default_factory=dict)
+    replies: dict[str, list[Scripted | Failure | _Untyped]] = field(default_factory=dict)
     delay: float = 0.0
 
     def add(
@@ -118,12 +153,17 @@ class RetrievalScript:
         )
         return self
 
-    def fail(self, query: str, code: grpc.StatusCode, details: str) -> RetrievalScript:
-        """The next Retrieve of `query` ends with `code` and `details`."""
-        self.replies.setdefault(query, []).append(Failure(code, details))
+    def fail(
+        self, query: str, code: grpc.StatusCode, details: str, *, typed: bool = True
+    ) -> RetrievalScript:
+        """The next Retrieve of `query` ends with `code` and `details`, and the typed details
+        retrieval would attach (the field its message starts with); `typed` False: none,
+        as an older retrieval or a proxy would answer."""
+        failure = Failure(code, details, field_of(details)) if typed else Failure(code, details)
+        self.replies.setdefault(query, []).append(failure if typed else _Untyped(failure))
         return self
 
-    def next_reply(self, query: str) -> Scripted | Failure:
+    def next_reply(self, query: str) -> Scripted | Failure | _Untyped:
         queue = self.replies.get(query)
         if not queue:
             return Scripted([], meta(0))
@@ -142,9 +182,12 @@ class _Servicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         if owner.script.delay:
             await asyncio.sleep(owner.script.delay)
         reply = owner.script.next_reply(request.query)
-        if isinstance(reply, Failure):
-            await context.abort(reply.code, reply.details)
+        if isinstance(reply, _Untyped):
+            await context.abort(reply.failure.code, reply.failure.details)
             raise AssertionError("abort raises")  # for the type checker: never reached
+        if isinstance(reply, Failure):
+            await context.abort(reply.code, reply.details, trailing_metadata=(reply.trailer(),))
+            raise AssertionError("abort raises")
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(d) for d in reply.docs], meta=retrieval_meta_to_proto(reply.meta)
         )

@@ -475,9 +475,12 @@ async def test_burst_plus_one_calls_give_one_resource_exhausted_with_retry_info(
     trailers = dict(errors[0].trailing_metadata() or ())
     status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
     assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-    (detail,) = status.details
+    info_detail, retry_detail = status.details
+    info = error_details_pb2.ErrorInfo()
+    assert info_detail.Unpack(info)
+    assert (info.reason, info.domain) == ("QUOTA_SPENT", "supermew.v1")
     retry = error_details_pb2.RetryInfo()
-    assert detail.Unpack(retry)
+    assert retry_detail.Unpack(retry)
     assert 90 <= retry.retry_delay.seconds <= 100  # one token at 0.01 a second
     refused = registry_for(SERVICE_NAME).get_sample_value(
         "supermew_rate_limited_total", {"key_id": "quota"}

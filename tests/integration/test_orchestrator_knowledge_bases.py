@@ -211,6 +211,19 @@ async def test_retrievals_verdict_is_the_runs_status_with_the_field_named(rpc, f
         await s.aclose()
 
 
+async def test_a_verdict_without_typed_details_stays_internal() -> None:
+    """The caller's field is read from retrieval's ErrorInfo, never from its message: the same
+    NOT_FOUND without details (an older retrieval, a proxy) is the orchestrator's failure."""
+    s = await start_stack(retrieval_script=RetrievalScript().fail(Q, *UNKNOWN_KB, typed=False))
+    try:
+        assert await _code_of(s.stub.Run(_run(Q))) == (
+            grpc.StatusCode.INTERNAL,
+            "retrieval failed",
+        )
+    finally:
+        await s.aclose()
+
+
 async def test_a_sub_questions_verdict_fails_the_complex_run() -> None:
     ms = (
         ModelScript()

@@ -13,6 +13,7 @@ from supermew.v1 import retrieval_pb2
 
 from retrieval_service.adapters.sql.database import SQLITE_SUFFIX
 from shared.codec import rag_trace_from_proto
+from shared.error_details import ErrorDetails, read_details
 from tests.fakes.model_server import ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import start_stack
 from tests.fakes.rerank_server import RerankServer
@@ -136,3 +137,30 @@ async def test_a_4000_character_question_on_the_rewrite_path_answers(tmp_path) -
     assert result.route == "answer" and trace["retrieval_stage"] == "rewritten"
     assert len(trace["rewritten_query"]) > 4000  # what the model produced, recorded whole
     assert trace["rewrite_method"] == "step_back"
+
+
+async def test_a_domain_error_carries_typed_details(tmp_path) -> None:
+    """NOT_FOUND for an unknown knowledge base and INVALID_ARGUMENT for a bad filter carry an
+    ErrorInfo naming the field (and a BadRequest for the invalid one): what the orchestrator
+    decides from (docs/api.md#error-details)."""
+    async with running_service(copy_corpus(tmp_path)) as svc:
+        cases = [
+            (
+                retrieval_pb2.RetrieveRequest(query="tea", knowledge_bases=["nope"]),
+                ErrorDetails("NOT_FOUND", "knowledge_bases[0]"),
+            ),
+            (
+                retrieval_pb2.RetrieveRequest(query="tea", filter="metadata.x ="),
+                "filter",
+            ),
+        ]
+        for request, expected in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await svc.stub.Retrieve(request)
+            info = read_details(err.value.trailing_metadata())
+            assert info is not None
+            if isinstance(expected, ErrorDetails):
+                assert info == expected
+            else:
+                assert (info.reason, info.field) == ("INVALID_ARGUMENT", expected)
+                assert info.description and (err.value.details() or "").endswith(info.description)

@@ -19,7 +19,16 @@ from orchestrator_service.retrieval_client import (
     CallLimit,
     translate,
 )
-from shared.errors import DomainError
+from shared.error_details import (
+    ERROR_REASONS,
+    QUOTA_SPENT_REASON,
+    ErrorDetails,
+    details_trailer,
+    read_details,
+    reason_for,
+    trailer_for,
+)
+from shared.errors import DomainError, InvalidArgument, NotFound
 from shared.serve import STATUS_FOR_ERROR, status_code_for, status_for
 
 
@@ -126,7 +135,33 @@ def test_internal_failures_carry_a_generic_message() -> None:
 )
 def test_retrievals_verdict_on_the_callers_fields_is_passed_on(downstream, details) -> None:
     # The caller sent knowledge_bases and filter through unchanged: their errors are theirs.
-    assert status_for(translate(downstream, CALLER, details)) == (downstream, details)
+    info = as_retrieval_sends(downstream, details)
+    assert status_for(translate(downstream, CALLER, details, info)) == (downstream, details)
+    # Decided by the typed details alone: the same status without them stays ours.
+    assert status_for(translate(downstream, CALLER, details)) == (
+        grpc.StatusCode.INTERNAL,
+        "retrieval failed",
+    )
+
+
+def as_retrieval_sends(code: grpc.StatusCode, details: str) -> ErrorDetails | None:
+    """The typed details retrieval attaches to `details` (its domain errors' messages start
+    with their field), read back from the wire form."""
+    head, sep, rest = details.partition(": ")
+    field = head if sep and " " not in head else None
+    reason = "INVALID_ARGUMENT" if code == grpc.StatusCode.INVALID_ARGUMENT else code.name
+    described = rest if field and code == grpc.StatusCode.INVALID_ARGUMENT else None
+    trailer = details_trailer(code, details, reason=reason, field=field, description=described)
+    return read_details([trailer])
+
+
+def test_a_message_that_looks_like_the_callers_field_decides_nothing() -> None:
+    details = "filter: unexpected 'AND' at column 9"
+    info = ErrorDetails("INVALID_ARGUMENT", field="query")  # about our own text, says retrieval
+    assert status_for(translate(grpc.StatusCode.INVALID_ARGUMENT, CALLER, details, info)) == (
+        grpc.StatusCode.INTERNAL,
+        "retrieval failed",
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,7 +177,8 @@ def test_retrievals_verdict_on_the_callers_fields_is_passed_on(downstream, detai
     ],
 )
 def test_every_other_verdict_stays_internal(downstream, details) -> None:
-    assert status_for(translate(downstream, CALLER, details)) == (
+    info = as_retrieval_sends(downstream, details)
+    assert status_for(translate(downstream, CALLER, details, info)) == (
         grpc.StatusCode.INTERNAL,
         "retrieval failed",
     )
@@ -154,8 +190,38 @@ def test_only_not_found_and_invalid_argument_can_be_the_callers() -> None:
 
 def test_a_quota_refusal_of_the_callers_key_is_passed_on_with_when_to_retry() -> None:
     details = "this key's quota is spent; retry in 3.20 s"
-    mapped = status_for(translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, details))
+    info = ErrorDetails(QUOTA_SPENT_REASON)
+    mapped = status_for(translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, details, info))
     assert mapped == (grpc.StatusCode.RESOURCE_EXHAUSTED, details)
     # Retrieval's own load shedding stays the generic "out of capacity".
     shed = translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, "serving its limit of 256")
     assert str(shed) == "the retrieval service is out of capacity; retry later"
+
+
+def test_every_status_mapped_error_has_a_reason() -> None:
+    assert set(STATUS_FOR_ERROR) == set(ERROR_REASONS)
+
+
+@pytest.mark.parametrize(
+    ("error", "field", "description"),
+    [
+        (InvalidArgument("filter", "unexpected 'AND'"), "filter", "unexpected 'AND'"),
+        (
+            NotFound("knowledge_bases[1]", "knowledge_bases/hr does not exist"),
+            "knowledge_bases[1]",
+            None,
+        ),
+    ],
+)
+def test_a_domain_errors_trailer_carries_its_reason_and_field(error, field, description) -> None:
+    code = status_code_for(type(error))
+    assert code is not None
+    trailer = trailer_for(error, code)
+    assert trailer is not None and trailer[0] == "grpc-status-details-bin"
+    read = read_details([trailer])
+    assert read == ErrorDetails(reason_for(type(error)) or "", field, None, description)
+
+
+def test_a_trailer_of_another_domain_or_none_reads_as_no_details() -> None:
+    assert read_details([]) is None
+    assert read_details([("grpc-status-details-bin", b"not a status")]) is None
