@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from shared.audit import audit_interceptors
 from shared.auth import OPEN_PREFIXES, AuthInterceptor
-from shared.error_details import trailer_for
+from shared.error_details import STATUS_DETAILS_KEY, trailer_for
 from shared.errors import (
     AlreadyExists,
     ConfigurationError,
@@ -136,7 +136,10 @@ async def _abort_for(
         log.error("%s failed%s: %s", method, subject_of(request), mapped[1])
     # The typed details (docs/api.md#error-details): callers decide from them, not the text.
     trailer = trailer_for(exc, mapped[0])
-    trailing: tuple[tuple[str, str | bytes], ...] = (trailer,) if trailer else ()
+    # abort's trailing metadata replaces what the call set (its x-request-id): keep both.
+    set_before = context.trailing_metadata() or ()
+    kept = tuple((k, v) for k, v in set_before if k != STATUS_DETAILS_KEY)
+    trailing: tuple[tuple[str, str | bytes], ...] = kept + ((trailer,) if trailer else ())
     await context.abort(*mapped, trailing_metadata=trailing)
 
 

@@ -74,3 +74,31 @@ def test_tls_paragraph_matches_the_server() -> None:
     for setting in ("TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "HEALTH_PORT"):
         assert setting in text
     assert "TLS therefore terminates" not in text
+
+
+def _section(title: str) -> str:
+    text = readme()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_database_section_names_the_settings_and_the_backup_order() -> None:
+    section = _section("9. Database")
+    for setting in ("DATABASE_URL", "DATABASE_POOL_SIZE", "DATABASE_TIMEOUT_SECONDS"):
+        assert f"`{setting}`" in section, setting
+    assert (
+        "MIGRATE_ON_START=false" in section and "python -m retrieval_service db upgrade" in section
+    )
+    # The dump first: a Milvus backup taken after it may hold rows no record names (invisible),
+    # while a dump newer than the Milvus backup names rows that do not exist.
+    lines = section.splitlines()
+    dump = next(i for i, line in enumerate(lines) if line.startswith("pg_dump "))
+    milvus = next(i for i, line in enumerate(lines) if line.startswith("milvus-backup "))
+    assert dump < milvus
+    # The prod Secret that carries DATABASE_URL is created by the operator, with this command.
+    assert re.search(
+        r"kubectl -n supermew create secret generic supermew-secrets"
+        r"[^`]*--from-literal=DATABASE_URL=",
+        readme(),
+    )

@@ -191,3 +191,59 @@ def test_the_installed_package_carries_every_runtime_file() -> None:
                 f"{path.relative_to(ROOT)} would be missing from the image: declare it in "
                 "[tool.setuptools.package-data]"
             )
+
+
+#: The control-plane database's packages (pyproject: SQLAlchemy's async core, Alembic and the
+#: two drivers) and what only they pull in.
+DATABASE_PACKAGES = {
+    "sqlalchemy",
+    "alembic",
+    "mako",
+    "markupsafe",
+    "greenlet",
+    "aiosqlite",
+    "asyncpg",
+}
+
+
+def _uninstalled(stage: Stage) -> set[str]:
+    names: set[str] = set()
+    for run in stage.of("RUN"):
+        for command in run.args.split("&&"):
+            words = command.split()
+            if words[:2] == ["pip", "uninstall"]:
+                names |= {w.lower() for w in words[2:] if not w.startswith("-")}
+    return names
+
+
+def test_the_retrieval_image_keeps_the_database_drivers_and_migrations(
+    all_stages: dict[str, Stage],
+) -> None:
+    # `python -m retrieval_service db upgrade` (the prod migration Job) runs the Alembic scripts
+    # of the installed package; the build checks them from outside /src, whose source tree
+    # would otherwise shadow the venv.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    dependencies = pyproject["project"]["dependencies"]
+    pinned = {re.split(r"[=<>!~\[ ]", d, maxsplit=1)[0].lower() for d in dependencies}
+    assert {"sqlalchemy", "alembic", "aiosqlite", "asyncpg"} <= pinned
+    stage = all_stages["retrieval-venv"]
+    assert not _uninstalled(stage) & DATABASE_PACKAGES
+    runs = " ".join(r.args for r in stage.of("RUN"))
+    check = re.search(r"cd / && python -c \"(?P<code>[^\"]+)\"", runs)
+    assert check, "no import check of the installed package from outside /src"
+    for needed in ("aiosqlite", "asyncpg", "retrieval_service.adapters.sql.migrate", "head()"):
+        assert needed in check["code"], needed
+
+
+def test_the_orchestrator_image_drops_the_database_drivers(all_stages: dict[str, Stage]) -> None:
+    dropped = _uninstalled(all_stages["orchestrator-venv"])
+    missing = DATABASE_PACKAGES - dropped
+    assert not missing, f"the orchestrator's venv keeps {sorted(missing)}"
+    # What the orchestrator runs: its package and `shared`.
+    sources = [*(ROOT / "orchestrator_service").rglob("*.py"), *(ROOT / "shared").rglob("*.py")]
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        for package in DATABASE_PACKAGES:
+            assert not re.search(rf"^\s*(from|import) {package}\b", text, re.M), (
+                f"{path.relative_to(ROOT)} imports {package}, which its image drops"
+            )

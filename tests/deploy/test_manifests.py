@@ -19,6 +19,8 @@ import yaml
 from pydantic_settings import BaseSettings
 
 from orchestrator_service import settings as orchestrator_settings
+from retrieval_service import __main__ as retrieval_main
+from retrieval_service import db_command
 from retrieval_service import settings as retrieval_settings
 from shared.settings import ServerSettings
 from tests.deploy.kustomize import (
@@ -124,7 +126,7 @@ def all_containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def workloads(r: Rendered) -> list[dict[str, Any]]:
-    return r.all("Deployment") + r.all("StatefulSet")
+    return r.all("Deployment") + r.all("StatefulSet") + r.all("Job")
 
 
 def quantity(value: str | int | float) -> float:
@@ -428,6 +430,7 @@ def test_dev_runs_a_postgresql_with_its_volume_for_the_control_plane() -> None:
 def test_prod_reads_the_database_from_its_secret_and_migrates_in_a_job() -> None:
     r = Rendered("prod")
     assert not [s for s in r.all("StatefulSet") if s["metadata"]["name"] == "postgres"]
+    assert not r.all("Secret"), "prod's credentials are created by the operator, not committed"
     retrieval = r.get("Deployment", "retrieval")
     env = {e["name"]: e for e in container(retrieval, "retrieval")["env"]}
     ref = env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
@@ -435,7 +438,7 @@ def test_prod_reads_the_database_from_its_secret_and_migrates_in_a_job() -> None
     assert config_of(r, SERVICES["retrieval"])["MIGRATE_ON_START"] == "false"
     job = r.get("Job", "retrieval-db-migrate")
     [migrate] = job["spec"]["template"]["spec"]["containers"]
-    assert migrate["command"] == ["python", "-m", "retrieval_service", "db", "upgrade"]
+    assert migrate["command"] == MIGRATE_COMMAND
     assert migrate["image"] == container(retrieval, "retrieval")["image"]
     job_env = {e["name"]: e for e in migrate["env"]}
     assert job_env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == ref
@@ -445,6 +448,85 @@ def test_prod_reads_the_database_from_its_secret_and_migrates_in_a_job() -> None
     ]
     ctx = migrate["securityContext"]
     assert ctx["readOnlyRootFilesystem"] is True and ctx["allowPrivilegeEscalation"] is False
+
+
+MIGRATE_COMMAND = ["python", "-m", "retrieval_service", "db", "upgrade"]
+
+
+def test_prod_migration_job_is_admitted_by_the_restricted_namespace() -> None:
+    # The prod namespace enforces the `restricted` Pod Security level: a Job pod that breaks it
+    # is never created, and the replicas wait for a schema that never comes.
+    r = Rendered("prod")
+    job = r.get("Job", "retrieval-db-migrate")
+    pod = pod_spec(job)
+    assert pod["restartPolicy"] in ("OnFailure", "Never")
+    assert job["spec"]["backoffLimit"] >= 1
+    assert "ttlSecondsAfterFinished" in job["spec"], "a finished Job would block the next apply"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    r.get("ServiceAccount", pod["serviceAccountName"])
+    [migrate] = pod["containers"]
+    assert migrate["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    tmp = [m for m in migrate.get("volumeMounts", []) if m["mountPath"] == "/tmp"]
+    assert len(tmp) == 1 and "emptyDir" in volumes[tmp[0]["name"]], "/tmp must be an emptyDir"
+
+
+def test_prod_migration_job_runs_the_services_db_upgrade_with_its_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The Job's command, dispatched by the service's own entry point with the Job's environment
+    # (ConfigMap + the Secret's URL): it reaches `db upgrade` with settings that parse.
+    r = Rendered("prod")
+    [migrate] = pod_spec(r.get("Job", "retrieval-db-migrate"))["containers"]
+    assert migrate["command"][:3] == ["python", "-m", "retrieval_service"]
+    for name in SERVICES["retrieval"].env_names:
+        monkeypatch.delenv(name, raising=False)
+    [config] = [e["configMapRef"]["name"] for e in migrate["envFrom"]]
+    for key, value in r.get("ConfigMap", config)["data"].items():
+        monkeypatch.setenv(key, str(value))
+    url = "postgresql+asyncpg://supermew:secret@db.example.internal:5432/supermew"
+    monkeypatch.setenv("DATABASE_URL", url)
+    calls: list[tuple[str, retrieval_settings.RetrievalSettings]] = []
+
+    async def fake_run(command: str, settings: retrieval_settings.RetrievalSettings) -> str:
+        calls.append((command, settings))
+        return "migrated"
+
+    monkeypatch.setattr(db_command, "_run", fake_run)
+    assert retrieval_main.main(migrate["command"][3:]) == 0
+    [(command, settings)] = calls
+    assert command == "upgrade"
+    assert settings.database_url == url and settings.migrate_on_start is False
+
+
+def test_several_retrieval_replicas_share_a_postgresql(rendered: Rendered) -> None:
+    # SQLite is a file inside one pod: replicas on it would each keep their own registry over
+    # the one Milvus. Wherever more than one replica can run, DATABASE_URL is required and
+    # comes from a Secret; the default replica count of a Deployment is 1.
+    retrieval = rendered.get("Deployment", "retrieval")
+    replicas = retrieval["spec"].get("replicas", 1)
+    env = {e["name"]: e for e in container(retrieval, "retrieval")["env"]}
+    ref = env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    if rendered.tree == "base":
+        return  # environment-neutral: the overlays name the database
+    assert ref.get("optional") is False, f"{rendered.tree}: DATABASE_URL must be required"
+    if rendered.tree == "prod":
+        assert replicas > 1
+    secret = rendered.find("Secret", ref["name"])
+    if secret is not None:  # committed (dev only): a PostgreSQL URL, never SQLite
+        assert secret["stringData"][ref["key"]].startswith("postgresql+asyncpg://")
+
+
+def test_dev_database_credentials_are_marked_dev_only() -> None:
+    text = (K8S / "overlays" / "dev" / "postgres.yaml").read_text(encoding="utf-8")
+    assert "DEV-ONLY CREDENTIALS" in text
+    secret = Rendered("dev").get("Secret", "supermew-postgres")
+    data = secret["stringData"]
+    assert data["POSTGRES_PASSWORD"] in data["DATABASE_URL"]
+    assert data["DATABASE_URL"].endswith(f"@postgres:5432/{data['POSTGRES_DB']}")
+    assert data["DATABASE_URL"].startswith(f"postgresql+asyncpg://{data['POSTGRES_USER']}:")
 
 
 # ---- prod: a Helm-installed Milvus cluster, auth on, TLS at the edge ----------------------------
