@@ -3,7 +3,9 @@ caller's deadline and translates every status retrieval can answer with into a d
 (docs/api.md#status-codes), so no downstream status leaks to the orchestrator's caller as if
 it were about the caller's own request — except when it is: retrieval's verdict on the
 `knowledge_bases` and `filter` the caller sent is passed on as the caller's NOT_FOUND or
-INVALID_ARGUMENT, with retrieval's field-first message. The channel retries an UNAVAILABLE
+INVALID_ARGUMENT naming that field. What is the caller's is decided from retrieval's typed
+details (its ErrorInfo and BadRequest, shared/error_details.py), never from its message text;
+a status without them is decided by its code alone. The channel retries an UNAVAILABLE
 Retrieve (it is idempotent) within the call's deadline, and every query is cut to the length
 retrieval accepts, because a rewrite adds generated text to a question that may already be at
 the limit."""
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
 from shared.auth import caller_key
 from shared.codec import chunk_from_proto, retrieval_meta_from_proto
-from shared.error_details import QUOTA_SPENT_REASON, ErrorDetails, read_details
+from shared.error_details import ERROR_REASONS, QUOTA_SPENT_REASON, ErrorDetails, read_details
 from shared.errors import (
     DeadlineExceeded,
     DependencyUnavailable,
@@ -97,19 +98,33 @@ def _internal(limit: CallLimit) -> DomainError:
     return InternalFailure("retrieval failed")
 
 
-# The fields of a Retrieve the caller sent through the orchestrator unchanged, as retrieval's
-# ErrorInfo names them ("knowledge_bases[1]", "filter"). A verdict on any other field is about
-# text or settings of our own.
-_CALLERS_FIELD = re.compile(r"(?:knowledge_bases|filter)(?:\[\d+\])?")
+# The fields of a RetrieveRequest the caller sent through the orchestrator unchanged, each
+# with whether it is repeated (then retrieval's ErrorInfo may name one element,
+# "knowledge_bases[1]"). A verdict on any other field (the query, top_k) is about text or
+# settings of our own.
+CALLERS_FIELDS: dict[str, bool] = {"knowledge_bases": True, "filter": False}
 
-# The caller's own errors, passed on with retrieval's field-first message when the details name
-# one of the caller's fields (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails).
-CALLERS_ERRORS: dict[grpc.StatusCode, Callable[[str, str], DomainError]] = {
+# The caller's own errors: a status whose ErrorInfo has this error's reason and names one of
+# CALLERS_FIELDS is passed on as this error, naming that field
+# (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails).
+CALLERS_ERRORS: dict[grpc.StatusCode, type[NotFound] | type[InvalidArgument]] = {
     # An unknown (or just deleted) knowledge base.
     grpc.StatusCode.NOT_FOUND: NotFound,
     # A malformed filter, or a knowledge base name that is not one.
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
 }
+
+
+def is_callers_field(field: str | None) -> bool:
+    """Whether an ErrorInfo's `field` names a field the caller sent (CALLERS_FIELDS):
+    `knowledge_bases`, `knowledge_bases[i]` or `filter`."""
+    name, bracket, rest = (field or "").partition("[")
+    repeated = CALLERS_FIELDS.get(name)
+    if repeated is None or not bracket:
+        return repeated is not None
+    index = rest.removesuffix("]")
+    return repeated and rest.endswith("]") and index.isascii() and index.isdecimal()
+
 
 # Every status Retrieve can end with, decided one by one (OK is not an error). NOT_FOUND and
 # INVALID_ARGUMENT are INTERNAL unless CALLERS_ERRORS applies.
@@ -148,21 +163,30 @@ def translate(
     code: grpc.StatusCode, limit: CallLimit, details: str = "", info: ErrorDetails | None = None
 ) -> DomainError:
     """The domain error for a Retrieve call that ended with `code`, `details` and the typed
-    details `info` (docs/api.md#error-details) under `limit`: the caller's own error when
-    retrieval's ErrorInfo names a field the caller sent (CALLERS_ERRORS) or refused the
-    caller's key its quota (reason QUOTA_SPENT: the caller's too, with retrieval's message,
-    which says when to retry), else the status's entry in DOWNSTREAM_ERRORS. The message text
-    decides nothing."""
-    if info is not None and info.reason == QUOTA_SPENT_REASON:
-        return ResourceExhausted(details)
-    callers = CALLERS_ERRORS.get(code)
-    field = info.field if info is not None else None
-    if callers is not None and field is not None and _CALLERS_FIELD.fullmatch(field):
-        assert info is not None
-        message = info.description
-        if message is None:
-            message = details.removeprefix(f"{field}: ")
-        return callers(field, message)
+    details `info` (docs/api.md#error-details; None: it had none) under `limit`:
+
+    - the caller's own error (CALLERS_ERRORS) when `info` has that error's reason and names a
+      field the caller sent, with that field and retrieval's words about it (the BadRequest's
+      description; for a NOT_FOUND, `details` after "field: ");
+    - RESOURCE_EXHAUSTED with retrieval's message (it says when to retry) when the reason is
+      QUOTA_SPENT: retrieval refused the caller's own key;
+    - else the status's entry in DOWNSTREAM_ERRORS.
+
+    The message text decides nothing."""
+    if info is not None:
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and info.reason == QUOTA_SPENT_REASON:
+            return ResourceExhausted(details)
+        callers, field = CALLERS_ERRORS.get(code), info.field
+        if (
+            callers is not None
+            and info.reason == ERROR_REASONS[callers]
+            and is_callers_field(field)
+        ):
+            assert field is not None  # is_callers_field says so
+            message = info.description
+            if message is None:
+                message = details.removeprefix(f"{field}: ")
+            return callers(field, message)
     return DOWNSTREAM_ERRORS.get(code, _internal)(limit)
 
 
@@ -247,8 +271,7 @@ class RetrievalClient:
                 request, timeout=limit.seconds, metadata=self._call_metadata()
             )
         except grpc.aio.AioRpcError as exc:
-            info = read_details(exc.trailing_metadata())
-            error = translate(exc.code(), limit, exc.details() or "", info)
+            error = translate(exc.code(), limit, exc.details() or "", read_details(exc))
             log.warning(
                 "Retrieve to %s failed with %s (%s); answering %s",
                 self.address or "retrieval",

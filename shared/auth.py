@@ -3,11 +3,12 @@
 charged to its quota, and its role checked against the RPC, in that order:
 
 - unknown or missing key → UNAUTHENTICATED;
-- past the key's `rate_per_second` / `burst` → RESOURCE_EXHAUSTED carrying `google.rpc.RetryInfo`
-  (the rich error model: a `grpc-status-details-bin` trailer), counted in
+- past the key's `rate_per_second` / `burst` → RESOURCE_EXHAUSTED carrying an ErrorInfo with
+  reason QUOTA_SPENT and a `google.rpc.RetryInfo` (the rich error model: a
+  `grpc-status-details-bin` trailer, shared.error_details), counted in
   `supermew_rate_limited_total{key_id}`;
 - a role without the RPC's permission → PERMISSION_DENIED naming the permission and the
-  knowledge bases the request names.
+  knowledge bases the request names, with the ErrorInfo of a PermissionDenied.
 
 Knowledge bases and documents are checked by the servicers, which know what a request names;
 they read the caller from `shared.access.current_principal()`, set here inside the call's own
@@ -28,7 +29,7 @@ from google.rpc import error_details_pb2
 from prometheus_client import CollectorRegistry, Counter
 
 from shared.access import Principal, knowledge_bases_named, set_current_principal
-from shared.error_details import QUOTA_SPENT_REASON, details_trailer
+from shared.error_details import QUOTA_SPENT_REASON, abort_with, error_status, rich_status
 from shared.errors import PermissionDenied
 from shared.keys import KeyRing
 from shared.observability import Continuation, rewrap
@@ -39,8 +40,8 @@ OPEN_PREFIXES: Final = (
     "/grpc.reflection.v1alpha.ServerReflection/",
     "/grpc.reflection.v1.ServerReflection/",
 )
-#: How a quota refusal's details begin (the orchestrator passes retrieval's on to the caller:
-#: it is about the caller's own key).
+#: How a quota refusal's message begins. Clients (the orchestrator with retrieval's refusals)
+#: tell one by its ErrorInfo reason QUOTA_SPENT, never by these words.
 QUOTA_SPENT: Final = "this key's quota is spent"
 
 
@@ -98,16 +99,22 @@ class Quotas:
         return held[1].take(now)
 
 
-def retry_info_trailer(code: grpc.StatusCode, message: str, delay: float) -> tuple[str, bytes]:
-    """The `grpc-status-details-bin` trailer of a google.rpc.Status with an ErrorInfo (reason
-    QUOTA_SPENT) and a RetryInfo saying when to try again."""
+def quota_spent_status(delay: float) -> grpc.Status:
+    """RESOURCE_EXHAUSTED saying when to retry, with the `grpc-status-details-bin` trailer of
+    a google.rpc.Status holding an ErrorInfo (reason QUOTA_SPENT) and a RetryInfo (when the
+    next token is there)."""
     seconds = max(delay, 0.001)
     retry = error_details_pb2.RetryInfo(
         retry_delay=duration_pb2.Duration(
             seconds=int(seconds), nanos=int((seconds - int(seconds)) * 1e9)
         )
     )
-    return details_trailer(code, message, reason=QUOTA_SPENT_REASON, extra=[retry])
+    return rich_status(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"{QUOTA_SPENT}; retry in {delay:.2f} s",
+        reason=QUOTA_SPENT_REASON,
+        extra=[retry],
+    )
 
 
 def rate_limited_counter(registry: CollectorRegistry) -> Counter:
@@ -136,13 +143,14 @@ class _Refusal:
     code: grpc.StatusCode
     message: str
     principal: Principal | None = None
-    trailer: tuple[str, bytes] | None = None
+    status: grpc.Status | None = None  # with typed details; None: `code` and `message` alone
 
     async def abort(self, context: grpc.aio.ServicerContext) -> None:
         if self.principal is not None:
             set_current_principal(self.principal)
-        trailing = (self.trailer,) if self.trailer else ()
-        await context.abort(self.code, self.message, trailing_metadata=trailing)
+        if self.status is not None:
+            await abort_with(context, self.status)
+        await context.abort(self.code, self.message)
 
 
 def _refusing(handler: grpc.RpcMethodHandler[Any, Any], refusal: _Refusal) -> Any:
@@ -175,7 +183,7 @@ async def _admitted(
     try:
         principal.require_method(method, knowledge_bases_named(method, request))
     except PermissionDenied as exc:
-        await context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
+        await abort_with(context, error_status(exc, grpc.StatusCode.PERMISSION_DENIED))
 
 
 def _as(
@@ -215,9 +223,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         wait = self.quotas.wait(principal)
         if wait > 0:
             self._rate_limited.labels(principal.key_id).inc()
-            message = f"{QUOTA_SPENT}; retry in {wait:.2f} s"
-            code = grpc.StatusCode.RESOURCE_EXHAUSTED
-            return _Refusal(code, message, principal, retry_info_trailer(code, message, wait))
+            status = quota_spent_status(wait)
+            return _Refusal(status.code, status.details, principal, status)
         return principal
 
     async def intercept_service(

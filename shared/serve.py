@@ -1,7 +1,8 @@
 """The gRPC runtime both services share: a `grpc.aio` server with health and reflection, one
-interceptor mapping domain errors to status codes (docs/api.md#status-codes), optional API-key
-auth (shared.auth), TLS or mTLS with certificates reloaded on change (shared.tls), and graceful
-shutdown (SIGTERM/SIGINT → NOT_SERVING → drain → stop)."""
+interceptor mapping domain errors to status codes and their typed details
+(docs/api.md#status-codes, #error-details), optional API-key auth (shared.auth), TLS or mTLS
+with certificates reloaded on change (shared.tls), and graceful shutdown (SIGTERM/SIGINT →
+NOT_SERVING → drain → stop)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from shared.audit import audit_interceptors
 from shared.auth import OPEN_PREFIXES, AuthInterceptor
-from shared.error_details import STATUS_DETAILS_KEY, trailer_for
+from shared.error_details import INTERNAL_REASON, abort_with, error_status, rich_status
 from shared.errors import (
     AlreadyExists,
     ConfigurationError,
@@ -59,7 +60,8 @@ _OPEN_PREFIXES = OPEN_PREFIXES
 
 # The one place a domain error becomes a status code (docs/api.md#status-codes). Keyed by the
 # exact classes of shared.errors; a subclass takes its nearest listed base's code. DomainError
-# itself is deliberately absent: an error raised without a meaning is treated as a bug.
+# itself is deliberately absent: an error raised without a meaning is treated as a bug. Each
+# class has its ErrorInfo reason in shared.error_details.ERROR_REASONS (docs/api.md#error-details).
 STATUS_FOR_ERROR: dict[type[DomainError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -119,9 +121,15 @@ def subject_of(request: Any) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+# What any exception without a meaning is answered with: nothing of it leaves the process.
+_UNEXPECTED = rich_status(grpc.StatusCode.INTERNAL, "internal error", reason=INTERNAL_REASON)
+
+
 async def _abort_for(
     exc: BaseException, context: grpc.aio.ServicerContext, method: str, request: Any = None
 ) -> None:
+    """Ends the call with the status `exc` maps to and its typed details
+    (docs/api.md#error-details): callers decide from those, never from the text."""
     if isinstance(exc, grpc.aio.AbortError):
         raise exc  # the handler already chose its status
     if isinstance(exc, NotImplementedError):
@@ -130,17 +138,11 @@ async def _abort_for(
     mapped = status_for(exc)
     if mapped is None:
         log.error("unhandled error in %s%s", method, subject_of(request), exc_info=exc)
-        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        await abort_with(context, _UNEXPECTED)
     assert isinstance(exc, DomainError) and mapped is not None
     if mapped[0] == grpc.StatusCode.INTERNAL:
         log.error("%s failed%s: %s", method, subject_of(request), mapped[1])
-    # The typed details (docs/api.md#error-details): callers decide from them, not the text.
-    trailer = trailer_for(exc, mapped[0])
-    # abort's trailing metadata replaces what the call set (its x-request-id): keep both.
-    set_before = context.trailing_metadata() or ()
-    kept = tuple((k, v) for k, v in set_before if k != STATUS_DETAILS_KEY)
-    trailing: tuple[tuple[str, str | bytes], ...] = kept + ((trailer,) if trailer else ())
-    await context.abort(*mapped, trailing_metadata=trailing)
+    await abort_with(context, error_status(exc, mapped[0]))
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
@@ -176,8 +178,9 @@ def _rewrapped(
 
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
-    """Maps `DomainError`s to status codes through STATUS_FOR_ERROR; anything else becomes
-    INTERNAL with a generic message and a logged traceback."""
+    """Maps `DomainError`s to status codes through STATUS_FOR_ERROR, with their typed details
+    (shared.error_details); anything else becomes INTERNAL with a generic message and a logged
+    traceback."""
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -211,7 +214,7 @@ class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
     async def _refuse(self, context: grpc.aio.ServicerContext) -> None:
         mapped = status_for(self._refusal)
         assert mapped is not None
-        await context.abort(*mapped)
+        await abort_with(context, error_status(self._refusal, mapped[0]))
 
     def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -1,6 +1,7 @@
 """A scripted RetrievalService as a real in-process `grpc.aio` server on 127.0.0.1: replies
-keyed by query (docs as runtime chunk dicts plus a meta dict, or a failure status), every
-query recorded with the knowledge bases and filter it was sent with."""
+keyed by query (docs as runtime chunk dicts plus a meta dict, or a failure status with or
+without retrieval's typed details), every query recorded with the knowledge bases and filter
+it was sent with."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
-from shared.error_details import ERROR_REASONS, details_trailer
+from shared.error_details import ERROR_REASONS, abort_with, rich_status
 from shared.serve import STATUS_FOR_ERROR
 
 
@@ -27,22 +28,27 @@ class Scripted:
 class Failure:
     """A scripted reply that ends the call with `code` and `details`, as retrieval's error
     table would (e.g. NOT_FOUND "knowledge_bases[0]: ..."), with the typed details retrieval
-    attaches (shared/error_details.py): an ErrorInfo whose reason is that of `code`'s domain
-    error and whose field is `field` (a BadRequest too for INVALID_ARGUMENT). `field` None:
-    no field, as for retrieval's errors about no request field."""
+    attaches (shared/error_details.py): an ErrorInfo whose reason is `reason` (None: the one
+    retrieval gives `code`) and whose field is `field` (a BadRequest too for INVALID_ARGUMENT,
+    describing it with `details` after "field: "). `field` None: no field, as for retrieval's
+    errors about no request field. `typed` False: no details at all, as an older retrieval or
+    a proxy would answer."""
 
     code: grpc.StatusCode
     details: str
     field: str | None = None
+    reason: str | None = None
+    typed: bool = True
 
-    def trailer(self) -> tuple[str, bytes]:
-        reason = next(
-            ERROR_REASONS[error]
-            for error, code in STATUS_FOR_ERROR.items()
-            if code == self.code and error in ERROR_REASONS
+    def status(self) -> grpc.Status:
+        # Retrieval's reason for `code`: the one named after it (INTERNAL, not
+        # MODEL_OUTPUT_INVALID), else that of the first domain error it is the status of.
+        reasons = [ERROR_REASONS[e] for e, code in STATUS_FOR_ERROR.items() if code == self.code]
+        reason = self.reason or (
+            self.code.name if self.code.name in reasons or not reasons else reasons[0]
         )
         described = self.field and self.code == grpc.StatusCode.INVALID_ARGUMENT
-        return details_trailer(
+        return rich_status(
             self.code,
             self.details,
             reason=reason,
@@ -56,13 +62,6 @@ def field_of(details: str) -> str | None:
     retrieval's errors name it; None for a message that names none."""
     head, sep, _ = details.partition(": ")
     return head if sep and head and " " not in head else None
-
-
-@dataclass(frozen=True)
-class _Untyped:
-    """A failure answered without typed details."""
-
-    failure: Failure
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,7 @@ class RetrievalScript:
     """Replies per query; a list is consumed in order (the last repeats). Unknown queries get
     an empty hybrid result."""
 
-    replies: dict[str, list[Scripted | Failure | _Untyped]] = field(default_factory=dict)
+    replies: dict[str, list[Scripted | Failure]] = field(default_factory=dict)
     delay: float = 0.0
 
     def add(
@@ -159,11 +158,15 @@ class RetrievalScript:
         """The next Retrieve of `query` ends with `code` and `details`, and the typed details
         retrieval would attach (the field its message starts with); `typed` False: none,
         as an older retrieval or a proxy would answer."""
-        failure = Failure(code, details, field_of(details)) if typed else Failure(code, details)
-        self.replies.setdefault(query, []).append(failure if typed else _Untyped(failure))
+        return self.fail_with(query, Failure(code, details, field_of(details), typed=typed))
+
+    def fail_with(self, query: str, failure: Failure) -> RetrievalScript:
+        """The next Retrieve of `query` ends with `failure`, whatever its details say (a
+        field or reason its message does not suggest)."""
+        self.replies.setdefault(query, []).append(failure)
         return self
 
-    def next_reply(self, query: str) -> Scripted | Failure | _Untyped:
+    def next_reply(self, query: str) -> Scripted | Failure:
         queue = self.replies.get(query)
         if not queue:
             return Scripted([], meta(0))
@@ -182,12 +185,11 @@ class _Servicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         if owner.script.delay:
             await asyncio.sleep(owner.script.delay)
         reply = owner.script.next_reply(request.query)
-        if isinstance(reply, _Untyped):
-            await context.abort(reply.failure.code, reply.failure.details)
-            raise AssertionError("abort raises")  # for the type checker: never reached
         if isinstance(reply, Failure):
-            await context.abort(reply.code, reply.details, trailing_metadata=(reply.trailer(),))
-            raise AssertionError("abort raises")
+            if reply.typed:
+                await abort_with(context, reply.status())
+            await context.abort(reply.code, reply.details)
+            raise AssertionError("abort raises")  # for the type checker: never reached
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(d) for d in reply.docs], meta=retrieval_meta_to_proto(reply.meta)
         )

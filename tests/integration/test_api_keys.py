@@ -28,6 +28,7 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, retrieval_pb2, 
 
 from retrieval_service.settings import SERVICE_NAME
 from shared.codec import retrieval_meta_from_proto
+from shared.error_details import ErrorDetails, read_details
 from shared.metrics import registry_for
 from tests.integration.retrieval_harness import local_orchestrator, running_service
 
@@ -293,6 +294,9 @@ async def test_permission_denied_names_the_permission_and_knowledge_base_never_t
     assert role.value.details() == (
         'permission "manage" on knowledge base "team-a" is not granted to this key'
     )
+    # Both carry the typed details of a PermissionDenied (docs/api.md#error-details).
+    for refusal in (denied.value, role.value):
+        assert read_details(refusal) == ErrorDetails("PERMISSION_DENIED")
 
 
 async def test_health_and_reflection_stay_open(deployment: Deployment) -> None:
@@ -465,7 +469,8 @@ async def test_burst_plus_one_calls_give_one_resource_exhausted_with_retry_info(
     for _ in range(4):  # burst 3, then a refill of 0.01 a second
         try:
             await deployment.retrieval.ListKnowledgeBases(
-                retrieval_pb2.ListKnowledgeBasesRequest(), metadata=auth(QUOTA_KEY)
+                retrieval_pb2.ListKnowledgeBasesRequest(),
+                metadata=(*auth(QUOTA_KEY), ("x-request-id", "quota-4")),
             )
             codes.append(OK)
         except grpc.aio.AioRpcError as error:
@@ -482,6 +487,8 @@ async def test_burst_plus_one_calls_give_one_resource_exhausted_with_retry_info(
     retry = error_details_pb2.RetryInfo()
     assert retry_detail.Unpack(retry)
     assert 90 <= retry.retry_delay.seconds <= 100  # one token at 0.01 a second
+    assert read_details(errors[0]) == ErrorDetails("QUOTA_SPENT")
+    assert trailers["x-request-id"] == "quota-4"  # the details trailer does not replace it
     refused = registry_for(SERVICE_NAME).get_sample_value(
         "supermew_rate_limited_total", {"key_id": "quota"}
     )

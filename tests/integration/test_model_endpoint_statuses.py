@@ -13,6 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from supermew.v1 import orchestrator_pb2
 
+from shared.error_details import ErrorDetails, read_details
 from tests.fakes.model_server import HttpError, ModelScript, grade
 from tests.fakes.orchestrator_stack import API_KEY, Stack, start_stack
 from tests.fakes.retrieval_servicer import RetrievalScript, chunk
@@ -49,6 +50,8 @@ async def test_a_permanent_refusal_is_failed_precondition_naming_task_and_reason
         assert GR in error.details() and f"HTTP {status}" in error.details()
         assert "Incorrect API key provided: [redacted]" in error.details()
         _assert_nothing_leaked(error.details())
+        details = read_details(error)
+        assert details == ErrorDetails("DEPENDENCY_REJECTED", dependency="model endpoint")
         assert stack.model.tasks() == [GR]  # a permanent error is not retried
     finally:
         await stack.aclose()
@@ -98,6 +101,8 @@ async def test_a_server_error_is_unavailable_and_not_retried() -> None:
         error = await _failure(stack)
         assert error.code() == grpc.StatusCode.UNAVAILABLE
         assert error.details() == f"model endpoint unavailable: task {GR}: HTTP 500"
+        details = read_details(error)
+        assert details == ErrorDetails("DEPENDENCY_UNAVAILABLE", dependency="model endpoint")
         assert stack.model.tasks() == [GR]
     finally:
         await stack.aclose()
@@ -152,10 +157,12 @@ async def test_calls_beyond_max_concurrent_rpcs_are_refused_and_health_still_ans
         refused = await _failure(stack)
         assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "MAX_CONCURRENT_RPCS" in refused.details()
+        assert read_details(refused) == ErrorDetails("RESOURCE_EXHAUSTED")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             async for _ in stack.stub.StreamRun(orchestrator_pb2.RunRequest(question=Q)):
                 pass
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert read_details(err.value) == ErrorDetails("RESOURCE_EXHAUSTED")
 
         health = health_pb2_grpc.HealthStub(stack.channel)
         reply = await health.Check(health_pb2.HealthCheckRequest(service=""))

@@ -14,9 +14,10 @@ import pytest
 from supermew.v1 import orchestrator_pb2
 
 from shared.codec import chunk_from_proto, hitl_state_to_proto
+from shared.error_details import ErrorDetails, read_details
 from tests.fakes.model_server import ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import Stack, start_stack
-from tests.fakes.retrieval_servicer import RetrievalScript, chunk
+from tests.fakes.retrieval_servicer import Failure, RetrievalScript, chunk
 
 Q = "丹瑾是什么属性？"  # fast path: no classification call
 Q_CMP = "比较丹瑾与卡卡罗的战斗定位"
@@ -86,19 +87,29 @@ async def _stream_result(call) -> orchestrator_pb2.RunResult:
     return events[-1].result
 
 
-async def _code_of(call) -> tuple[grpc.StatusCode, str]:
+async def _error_of(call) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call
-    return err.value.code(), err.value.details() or ""
+    return err.value
 
 
-async def _stream_code_of(call) -> tuple[grpc.StatusCode, str]:
+async def _stream_error_of(call) -> grpc.aio.AioRpcError:
     kinds: list[str] = []
     with pytest.raises(grpc.aio.AioRpcError) as err:
         async for event in call:
             kinds.append(event.WhichOneof("event"))
     assert "result" not in kinds  # a failed stream ends in its status, never a result
-    return err.value.code(), err.value.details() or ""
+    return err.value
+
+
+async def _code_of(call) -> tuple[grpc.StatusCode, str]:
+    error = await _error_of(call)
+    return error.code(), error.details() or ""
+
+
+async def _stream_code_of(call) -> tuple[grpc.StatusCode, str]:
+    error = await _stream_error_of(call)
+    return error.code(), error.details() or ""
 
 
 # ---- every retrieval carries the scope ------------------------------------------------------
@@ -204,8 +215,13 @@ async def test_retrievals_verdict_is_the_runs_status_with_the_field_named(rpc, f
     try:
         request = _resume() if "Resume" in rpc else _run(Q)
         call = getattr(s.stub, rpc)(request)
-        got = await (_stream_code_of(call) if rpc.startswith("Stream") else _code_of(call))
-        assert got == (code, details)
+        error = await (_stream_error_of(call) if rpc.startswith("Stream") else _error_of(call))
+        assert (error.code(), error.details()) == (code, details)
+        # The orchestrator's own typed details name the caller's field, as retrieval's did.
+        field, _, described = details.partition(": ")
+        info = read_details(error)
+        assert info is not None and (info.reason, info.field) == (code.name, field)
+        assert info.description == (described if code == BAD_FILTER[0] else None)
         assert [t for t in s.model.tasks() if t == "evidence_grade"] == []  # nothing graded
     finally:
         await s.aclose()
@@ -215,6 +231,29 @@ async def test_a_verdict_without_typed_details_stays_internal() -> None:
     """The caller's field is read from retrieval's ErrorInfo, never from its message: the same
     NOT_FOUND without details (an older retrieval, a proxy) is the orchestrator's failure."""
     s = await start_stack(retrieval_script=RetrievalScript().fail(Q, *UNKNOWN_KB, typed=False))
+    try:
+        error = await _error_of(s.stub.Run(_run(Q)))
+        assert (error.code(), error.details()) == (grpc.StatusCode.INTERNAL, "retrieval failed")
+        assert read_details(error) == ErrorDetails("INTERNAL")
+    finally:
+        await s.aclose()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        # Retrieval judged our own query, in words that happen to start with "filter: ".
+        Failure(*BAD_FILTER, field="query"),
+        # A knowledge base named by no field, and a reason that is not NOT_FOUND's.
+        Failure(*UNKNOWN_KB),
+        Failure(*UNKNOWN_KB, field="knowledge_bases[1]", reason="FAILED_PRECONDITION"),
+    ],
+    ids=["query", "no_field", "other_reason"],
+)
+async def test_a_verdict_whose_details_name_no_field_of_the_callers_stays_internal(
+    failure,
+) -> None:
+    s = await start_stack(retrieval_script=RetrievalScript().fail_with(Q, failure))
     try:
         assert await _code_of(s.stub.Run(_run(Q))) == (
             grpc.StatusCode.INTERNAL,

@@ -1,7 +1,8 @@
 """Status codes through the retrieval service's real RPCs (Milvus Lite on a temp dir, the scripted
 rerank endpoint on 127.0.0.1), and the orchestrator against it: filenames are validated the
 same way on every RPC, a store failure reads as what it is without internals, rerank errors
-are scrubbed of the key, and a valid 4,000-character question survives the rewrite path."""
+are scrubbed of the key, a valid 4,000-character question survives the rewrite path, and a
+verdict on the caller's fields carries typed details the orchestrator passes on."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sqlite3
 
 import grpc
 import pytest
-from supermew.v1 import retrieval_pb2
+from supermew.v1 import orchestrator_pb2, retrieval_pb2
 
 from retrieval_service.adapters.sql.database import SQLITE_SUFFIX
 from shared.codec import rag_trace_from_proto
@@ -144,23 +145,44 @@ async def test_a_domain_error_carries_typed_details(tmp_path) -> None:
     ErrorInfo naming the field (and a BadRequest for the invalid one): what the orchestrator
     decides from (docs/api.md#error-details)."""
     async with running_service(copy_corpus(tmp_path)) as svc:
-        cases = [
-            (
-                retrieval_pb2.RetrieveRequest(query="tea", knowledge_bases=["nope"]),
-                ErrorDetails("NOT_FOUND", "knowledge_bases[0]"),
-            ),
-            (
-                retrieval_pb2.RetrieveRequest(query="tea", filter="metadata.x ="),
-                "filter",
-            ),
-        ]
-        for request, expected in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await svc.stub.Retrieve(
+                retrieval_pb2.RetrieveRequest(query="tea", knowledge_bases=["default", "nope"])
+            )
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert read_details(err.value) == ErrorDetails("NOT_FOUND", "knowledge_bases[1]")
+        assert (err.value.details() or "").startswith("knowledge_bases[1]: ")
+
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await svc.stub.Retrieve(
+                retrieval_pb2.RetrieveRequest(query="tea", filter="metadata.x =")
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        info = read_details(err.value)
+        assert info is not None and (info.reason, info.field) == ("INVALID_ARGUMENT", "filter")
+        assert info.description and err.value.details() == f"filter: {info.description}"
+
+
+async def test_the_orchestrator_passes_an_unknown_knowledge_base_on_naming_the_field(
+    tmp_path,
+) -> None:
+    """End to end: retrieval's NOT_FOUND (its ErrorInfo naming `knowledge_bases[0]`) is the
+    run's NOT_FOUND with that field, in the orchestrator's details as in its own."""
+    question = "丹瑾是什么属性？"  # fast path: no model call before the retrieval
+    async with running_service(copy_corpus(tmp_path)) as retrieval:
+        with pytest.raises(grpc.aio.AioRpcError) as direct:
+            await retrieval.stub.Retrieve(
+                retrieval_pb2.RetrieveRequest(query=question, knowledge_bases=["nope"])
+            )
+        stack = await start_stack(ModelScript(), retrieval_addr=f"127.0.0.1:{retrieval.port}")
+        try:
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await svc.stub.Retrieve(request)
-            info = read_details(err.value.trailing_metadata())
-            assert info is not None
-            if isinstance(expected, ErrorDetails):
-                assert info == expected
-            else:
-                assert (info.reason, info.field) == ("INVALID_ARGUMENT", expected)
-                assert info.description and (err.value.details() or "").endswith(info.description)
+                await stack.stub.Run(
+                    orchestrator_pb2.RunRequest(question=question, knowledge_bases=["nope"])
+                )
+        finally:
+            await stack.aclose()
+    said = direct.value.details() or ""
+    assert said.startswith("knowledge_bases[0]: ") and "nope" in said
+    assert (err.value.code(), err.value.details()) == (grpc.StatusCode.NOT_FOUND, said)
+    assert read_details(err.value) == ErrorDetails("NOT_FOUND", "knowledge_bases[0]")

@@ -18,6 +18,7 @@ from supermew.v1 import (
 
 from orchestrator_service.settings import SERVICE_NAME as ORCHESTRATOR
 from retrieval_service.settings import SERVICE_NAME as RETRIEVAL
+from shared.error_details import ErrorDetails, read_details
 from shared.errors import (
     ConfigurationError,
     DeadlineExceeded,
@@ -28,6 +29,7 @@ from shared.errors import (
     ModelOutputInvalid,
     ResourceExhausted,
 )
+from shared.logs import REQUEST_ID_HEADER
 from shared.serve import GrpcServer
 from shared.settings import ServerSettings
 
@@ -126,30 +128,61 @@ async def test_reflection_lists_both_services(running):
 
 
 @pytest.mark.parametrize(
-    ("query", "code", "message"),
+    ("query", "code", "message", "details"),
     [
-        ("bad", grpc.StatusCode.INVALID_ARGUMENT, "query: must not be blank"),
-        ("down", grpc.StatusCode.UNAVAILABLE, "milvus unavailable: connection refused"),
-        ("boom", grpc.StatusCode.INTERNAL, "internal error"),
+        (
+            "bad",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "query: must not be blank",
+            ErrorDetails("INVALID_ARGUMENT", "query", None, "must not be blank"),
+        ),
+        (
+            "down",
+            grpc.StatusCode.UNAVAILABLE,
+            "milvus unavailable: connection refused",
+            ErrorDetails("DEPENDENCY_UNAVAILABLE", dependency="milvus"),
+        ),
+        ("boom", grpc.StatusCode.INTERNAL, "internal error", ErrorDetails("INTERNAL")),
         (
             "late",
             grpc.StatusCode.DEADLINE_EXCEEDED,
             "the caller's deadline passed while retrieving",
+            ErrorDetails("DEADLINE_EXCEEDED"),
         ),
-        ("busy", grpc.StatusCode.RESOURCE_EXHAUSTED, RAISED["busy"].message),
-        ("garbled", grpc.StatusCode.INTERNAL, "model task evidence_grade: no valid route"),
-        ("misconfigured", grpc.StatusCode.FAILED_PRECONDITION, RAISED["misconfigured"].message),
-        ("failed", grpc.StatusCode.INTERNAL, "retrieval failed"),
-        ("bare", grpc.StatusCode.INTERNAL, "internal error"),
+        (
+            "busy",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            RAISED["busy"].message,
+            ErrorDetails("RESOURCE_EXHAUSTED"),
+        ),
+        (
+            "garbled",
+            grpc.StatusCode.INTERNAL,
+            "model task evidence_grade: no valid route",
+            ErrorDetails("MODEL_OUTPUT_INVALID"),
+        ),
+        (
+            "misconfigured",
+            grpc.StatusCode.FAILED_PRECONDITION,
+            RAISED["misconfigured"].message,
+            ErrorDetails("CONFIGURATION"),
+        ),
+        ("failed", grpc.StatusCode.INTERNAL, "retrieval failed", ErrorDetails("INTERNAL")),
+        ("bare", grpc.StatusCode.INTERNAL, "internal error", ErrorDetails("INTERNAL")),
     ],
 )
-async def test_domain_errors_map_to_status_codes(running, query, code, message):
+async def test_domain_errors_map_to_status_codes(running, query, code, message, details):
     _, _, channel = running
     stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Retrieve(retrieval_pb2.RetrieveRequest(query=query))
+        await stub.Retrieve(
+            retrieval_pb2.RetrieveRequest(query=query), metadata=((REQUEST_ID_HEADER, "r-42"),)
+        )
     assert err.value.code() == code
     assert err.value.details() == message
+    # The typed details (docs/api.md#error-details), beside the call's request id.
+    assert read_details(err.value) == details
+    assert (REQUEST_ID_HEADER, "r-42") in tuple(err.value.trailing_metadata() or ())
 
 
 async def test_stream_error_after_first_event_maps_to_status(running):
@@ -162,6 +195,7 @@ async def test_stream_error_after_first_event_maps_to_status(running):
     assert [e.result.question for e in events] == ["first"]
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details() == "question: too long"
+    assert read_details(err.value) == ErrorDetails("INVALID_ARGUMENT", "question", None, "too long")
 
 
 async def test_unimplemented_rpc_keeps_grpc_answer(running):

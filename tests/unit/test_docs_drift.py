@@ -4,6 +4,7 @@ settings classes), and every link into them must land on a heading."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from pydantic_settings import BaseSettings
 from orchestrator_service.retrieval_client import DOWNSTREAM_ERRORS, CallLimit, translate
 from orchestrator_service.settings import OrchestratorSettings
 from retrieval_service.settings import RetrievalSettings
+from shared.error_details import ERROR_REASONS, QUOTA_SPENT_REASON
+from shared.errors import InvalidArgument
 from shared.serve import STATUS_FOR_ERROR, status_code_for
 from shared.settings import ServerSettings
 from shared.trace_fields import (
@@ -109,6 +112,26 @@ def test_domain_error_table_matches_serve() -> None:
     rows = _table("api.md", "Domain errors")
     documented = {_name(r["domain error"]): _name(r["code"]) for r in rows}
     assert documented == {cls.__name__: code.name for cls, code in STATUS_FOR_ERROR.items()}
+
+
+def test_error_details_table_matches_the_reasons() -> None:
+    rows = _table("api.md", "Error details")
+    documented = {
+        _name(r["domain error"]): (_name(r["reason"]), _ticks(r["`metadata`"]))
+        for r in rows
+        if _ticks(r["domain error"])
+    }
+    actual = {}
+    for cls, reason in ERROR_REASONS.items():
+        arguments = inspect.signature(cls.__init__).parameters
+        actual[cls.__name__] = (reason, [a for a in ("field", "dependency") if a in arguments])
+    assert documented == actual
+    assert list(documented) == [cls.__name__ for cls in STATUS_FOR_ERROR]  # the same order
+    (quota,) = [r for r in rows if not _ticks(r["domain error"])]
+    assert _name(quota["reason"]) == QUOTA_SPENT_REASON
+    assert _ticks(quota["more details"]) == ["RetryInfo"]
+    bad_request = [_name(r["domain error"]) for r in rows if "BadRequest" in r["more details"]]
+    assert bad_request == [InvalidArgument.__name__]
 
 
 def test_downstream_table_matches_the_retrieval_client() -> None:

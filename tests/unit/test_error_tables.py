@@ -1,34 +1,53 @@
-"""The two error tables are complete: every domain error in the tree has a status code in
-`shared.serve.STATUS_FOR_ERROR`, and the retrieval client decides every status retrieval can
-answer with (docs/api.md#status-codes)."""
+"""The error tables are complete: every domain error in the tree has a status code in
+`shared.serve.STATUS_FOR_ERROR` and a reason in `shared.error_details.ERROR_REASONS`, every
+domain error's status carries its typed details (docs/api.md#error-details), and the retrieval
+client decides every status retrieval can answer with from its code and those details, never
+from its text (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails)."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import re
+from dataclasses import dataclass
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 
 import orchestrator_service
 import retrieval_service
 import shared
 from orchestrator_service.retrieval_client import (
     CALLERS_ERRORS,
+    CALLERS_FIELDS,
     DOWNSTREAM_ERRORS,
     CallLimit,
+    is_callers_field,
     translate,
 )
+from shared.auth import quota_spent_status
 from shared.error_details import (
     ERROR_REASONS,
+    INTERNAL_REASON,
     QUOTA_SPENT_REASON,
     ErrorDetails,
-    details_trailer,
+    error_status,
     read_details,
     reason_for,
-    trailer_for,
+    rich_status,
 )
-from shared.errors import DomainError, InvalidArgument, NotFound
+from shared.errors import (
+    AlreadyExists,
+    ConfigurationError,
+    DomainError,
+    FailedPrecondition,
+    InternalFailure,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from shared.serve import STATUS_FOR_ERROR, status_code_for, status_for
 
 
@@ -124,104 +143,252 @@ def test_internal_failures_carry_a_generic_message() -> None:
             assert mapped[1] == "retrieval failed"
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A failed call as the retrieval client sees it: the `grpc.aio.AioRpcError` it catches
+    answers `code()`, `details()` and `trailing_metadata()` like this."""
+
+    status_code: grpc.StatusCode
+    status_details: str
+    trailers: tuple[tuple[str, str | bytes], ...] = ()
+
+    def code(self) -> grpc.StatusCode:
+        return self.status_code
+
+    def details(self) -> str:
+        return self.status_details
+
+    def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return (("x-request-id", "r-1"), *self.trailers)
+
+
+def ended(status: grpc.Status) -> Ended:
+    """The call a server ended with `status` (shared.error_details.abort_with)."""
+    return Ended(status.code, status.details, tuple(status.trailing_metadata))
+
+
+def as_retrieval_answers(error: DomainError) -> tuple[grpc.StatusCode, str, ErrorDetails | None]:
+    """The code, details and typed details (read back from the wire form) of a Retrieve that
+    raised `error` in retrieval."""
+    code = status_code_for(type(error))
+    assert code is not None
+    call = ended(error_status(error, code))
+    return call.code(), call.details(), read_details(call)
+
+
+INTERNAL = (grpc.StatusCode.INTERNAL, "retrieval failed")
+
+
 @pytest.mark.parametrize(
-    ("downstream", "details"),
+    "error",
     [
-        (grpc.StatusCode.NOT_FOUND, "knowledge_bases[1]: knowledge_bases/hr does not exist"),
-        (grpc.StatusCode.NOT_FOUND, "knowledge_bases: knowledge_bases/hr does not exist"),
-        (grpc.StatusCode.INVALID_ARGUMENT, "filter: unexpected 'AND' at column 9"),
-        (grpc.StatusCode.INVALID_ARGUMENT, "knowledge_bases[0]: 'HR!' is not a knowledge base id"),
+        NotFound("knowledge_bases[1]", "knowledge_bases/hr does not exist"),
+        NotFound("knowledge_bases", "knowledge_bases/hr does not exist"),
+        InvalidArgument("filter", "unexpected 'AND' at column 9"),
+        InvalidArgument("knowledge_bases[0]", "'HR!' is not a knowledge base id"),
+        InvalidArgument("filter", "未知字段 metadata.部门"),
     ],
+    ids=repr,
 )
-def test_retrievals_verdict_on_the_callers_fields_is_passed_on(downstream, details) -> None:
-    # The caller sent knowledge_bases and filter through unchanged: their errors are theirs.
-    info = as_retrieval_sends(downstream, details)
-    assert status_for(translate(downstream, CALLER, details, info)) == (downstream, details)
-    # Decided by the typed details alone: the same status without them stays ours.
-    assert status_for(translate(downstream, CALLER, details)) == (
-        grpc.StatusCode.INTERNAL,
-        "retrieval failed",
-    )
+def test_retrievals_verdict_on_the_callers_fields_is_passed_on(error) -> None:
+    # The caller sent knowledge_bases and filter through unchanged: their errors are theirs,
+    # with the field retrieval's ErrorInfo names and its words about it.
+    code, details, info = as_retrieval_answers(error)
+    assert info is not None and info.field == error.field
+    passed_on = translate(code, CALLER, details, info)
+    assert type(passed_on) is type(error) and passed_on.field == error.field
+    assert status_for(passed_on) == (code, error.message)
+    # Decided by the typed details alone: the same status and text without them stays ours.
+    assert status_for(translate(code, CALLER, details)) == INTERNAL
 
 
-def as_retrieval_sends(code: grpc.StatusCode, details: str) -> ErrorDetails | None:
-    """The typed details retrieval attaches to `details` (its domain errors' messages start
-    with their field), read back from the wire form."""
-    head, sep, rest = details.partition(": ")
-    field = head if sep and " " not in head else None
-    reason = "INVALID_ARGUMENT" if code == grpc.StatusCode.INVALID_ARGUMENT else code.name
-    described = rest if field and code == grpc.StatusCode.INVALID_ARGUMENT else None
-    trailer = details_trailer(code, details, reason=reason, field=field, description=described)
-    return read_details([trailer])
+@pytest.mark.parametrize(
+    "error",
+    [
+        InvalidArgument("query", "is 5000 characters, at most 4000"),
+        InvalidArgument("top_k", "must be 1..100"),
+        InvalidArgument("filters", "not a field"),  # not the caller's field
+        InvalidArgument("knowledge_bases_extra", "not a field"),
+        NotFound("collection", "supermew_chunks does not exist"),
+        AlreadyExists("knowledge_bases[0]", "knowledge_bases/hr exists"),
+        FailedPrecondition("filter", "the store has no metadata field"),
+        InternalFailure("knowledge_bases[0]: lost"),
+        ConfigurationError("filter: the store was ingested at another level"),
+    ],
+    ids=repr,
+)
+def test_every_other_verdict_stays_internal(error) -> None:
+    code, details, info = as_retrieval_answers(error)
+    assert status_for(translate(code, CALLER, details, info)) == INTERNAL
 
 
 def test_a_message_that_looks_like_the_callers_field_decides_nothing() -> None:
-    details = "filter: unexpected 'AND' at column 9"
-    info = ErrorDetails("INVALID_ARGUMENT", field="query")  # about our own text, says retrieval
-    assert status_for(translate(grpc.StatusCode.INVALID_ARGUMENT, CALLER, details, info)) == (
-        grpc.StatusCode.INTERNAL,
-        "retrieval failed",
+    # Retrieval's ErrorInfo says the verdict is about the query (text of our own), whatever
+    # its message starts with.
+    status = rich_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "filter: unexpected 'AND' at column 9",
+        reason="INVALID_ARGUMENT",
+        field="query",
+        description="unexpected 'AND' at column 9",
+    )
+    call = ended(status)
+    info = read_details(call)
+    assert info == ErrorDetails("INVALID_ARGUMENT", "query", None, "unexpected 'AND' at column 9")
+    assert status_for(translate(call.code(), CALLER, call.details(), info)) == INTERNAL
+
+
+def test_the_reason_must_be_that_of_the_callers_error() -> None:
+    # A NOT_FOUND whose ErrorInfo reason is not NOT_FOUND is not the caller's NOT_FOUND.
+    info = ErrorDetails("FAILED_PRECONDITION", "knowledge_bases[0]")
+    details = "knowledge_bases[0]: knowledge_bases/hr does not exist"
+    assert status_for(translate(grpc.StatusCode.NOT_FOUND, CALLER, details, info)) == INTERNAL
+    info = ErrorDetails("NOT_FOUND", "filter")
+    details = "filter: bad"
+    assert (
+        status_for(translate(grpc.StatusCode.INVALID_ARGUMENT, CALLER, details, info)) == INTERNAL
     )
 
 
 @pytest.mark.parametrize(
-    ("downstream", "details"),
+    ("field", "callers"),
     [
-        (grpc.StatusCode.INVALID_ARGUMENT, "query: is 5000 characters, at most 4000"),
-        (grpc.StatusCode.INVALID_ARGUMENT, "top_k: must be 1..100"),
-        (grpc.StatusCode.INVALID_ARGUMENT, "filters: not a field"),  # not the caller's field
-        (grpc.StatusCode.INVALID_ARGUMENT, ""),
-        (grpc.StatusCode.NOT_FOUND, "collection supermew_chunks does not exist"),
-        (grpc.StatusCode.FAILED_PRECONDITION, "filter: the store has no metadata field"),
-        (grpc.StatusCode.INTERNAL, "knowledge_bases[0]: lost"),
+        ("knowledge_bases", True),
+        ("knowledge_bases[0]", True),
+        ("knowledge_bases[12]", True),
+        ("filter", True),
+        (None, False),
+        ("", False),
+        ("query", False),
+        ("top_k", False),
+        ("filters", False),
+        ("filter[0]", False),  # not a repeated field
+        ("knowledge_bases[]", False),
+        ("knowledge_bases[x]", False),
+        ("knowledge_bases[-1]", False),
+        ("knowledge_bases[1]x", False),
+        ("knowledge_bases[1][2]", False),
+        ("knowledge_bases[١]", False),  # a digit, but not an ASCII index
+        ("knowledge_bases.name", False),
     ],
 )
-def test_every_other_verdict_stays_internal(downstream, details) -> None:
-    info = as_retrieval_sends(downstream, details)
-    assert status_for(translate(downstream, CALLER, details, info)) == (
-        grpc.StatusCode.INTERNAL,
-        "retrieval failed",
-    )
+def test_the_callers_fields(field, callers) -> None:
+    assert is_callers_field(field) is callers
 
 
 def test_only_not_found_and_invalid_argument_can_be_the_callers() -> None:
     assert set(CALLERS_ERRORS) == {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
+    assert set(CALLERS_FIELDS) == {"knowledge_bases", "filter"}
 
 
 def test_a_quota_refusal_of_the_callers_key_is_passed_on_with_when_to_retry() -> None:
-    details = "this key's quota is spent; retry in 3.20 s"
-    info = ErrorDetails(QUOTA_SPENT_REASON)
-    mapped = status_for(translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, details, info))
-    assert mapped == (grpc.StatusCode.RESOURCE_EXHAUSTED, details)
-    # Retrieval's own load shedding stays the generic "out of capacity".
-    shed = translate(grpc.StatusCode.RESOURCE_EXHAUSTED, CALLER, "serving its limit of 256")
-    assert str(shed) == "the retrieval service is out of capacity; retry later"
+    refusal = ended(quota_spent_status(3.2))
+    assert refusal.details() == "this key's quota is spent; retry in 3.20 s"
+    info = read_details(refusal)
+    assert info == ErrorDetails(QUOTA_SPENT_REASON)
+    mapped = status_for(translate(refusal.code(), CALLER, refusal.details(), info))
+    assert mapped == (grpc.StatusCode.RESOURCE_EXHAUSTED, refusal.details())
+    # Decided by the reason, not the words: retrieval's own load shedding that happens to read
+    # the same, and the same refusal without details, stay the generic "out of capacity".
+    code, details, shed = as_retrieval_answers(ResourceExhausted(refusal.details()))
+    assert shed == ErrorDetails("RESOURCE_EXHAUSTED")
+    for info in (shed, None):
+        assert str(translate(code, CALLER, details, info)) == (
+            "the retrieval service is out of capacity; retry later"
+        )
+
+
+# ---- the reasons and the details trailer (shared/error_details.py) --------------------------
 
 
 def test_every_status_mapped_error_has_a_reason() -> None:
-    assert set(STATUS_FOR_ERROR) == set(ERROR_REASONS)
+    assert list(STATUS_FOR_ERROR) == list(ERROR_REASONS)
+    reasons = list(ERROR_REASONS.values())
+    assert len(set(reasons)) == len(reasons)
+    assert QUOTA_SPENT_REASON not in reasons
+    for reason in [*reasons, QUOTA_SPENT_REASON]:
+        assert re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*", reason), reason
+        assert len(reason) <= 63  # AIP-193
 
 
-@pytest.mark.parametrize(
-    ("error", "field", "description"),
-    [
-        (InvalidArgument("filter", "unexpected 'AND'"), "filter", "unexpected 'AND'"),
-        (
-            NotFound("knowledge_bases[1]", "knowledge_bases/hr does not exist"),
-            "knowledge_bases[1]",
-            None,
-        ),
-    ],
-)
-def test_a_domain_errors_trailer_carries_its_reason_and_field(error, field, description) -> None:
-    code = status_code_for(type(error))
-    assert code is not None
-    trailer = trailer_for(error, code)
-    assert trailer is not None and trailer[0] == "grpc-status-details-bin"
-    read = read_details([trailer])
-    assert read == ErrorDetails(reason_for(type(error)) or "", field, None, description)
+def test_a_subclass_takes_its_nearest_listed_bases_reason() -> None:
+    _import_whole_tree()
+    for cls in _all_subclasses(DomainError):
+        listed = next(c for c in cls.__mro__ if c in STATUS_FOR_ERROR)
+        assert reason_for(cls) == ERROR_REASONS[listed], cls
+    # Errors without a meaning are internal errors, reason and all.
+    assert reason_for(DomainError) == reason_for(RuntimeError) == INTERNAL_REASON == "INTERNAL"
 
 
-def test_a_trailer_of_another_domain_or_none_reads_as_no_details() -> None:
-    assert read_details([]) is None
-    assert read_details([("grpc-status-details-bin", b"not a status")]) is None
+_ARGUMENTS = {"field": "knowledge_bases[2]", "dependency": "embedding", "task": "evidence_grade"}
+
+
+def _instance(cls: type[DomainError]) -> DomainError:
+    """`cls` raised as the services raise it: its leading arguments, then the message."""
+    names = list(inspect.signature(cls.__init__).parameters)[1:]
+    return cls(*(_ARGUMENTS[name] for name in names[:-1]), "what went wrong")
+
+
+@pytest.mark.parametrize("cls", list(STATUS_FOR_ERROR), ids=lambda c: c.__name__)
+def test_every_domain_errors_status_carries_its_details(cls) -> None:
+    error = _instance(cls)
+    code = STATUS_FOR_ERROR[cls]
+    status = error_status(error, code)
+    # The status itself is today's: the code of the table, the message unchanged.
+    assert (status.code, status.details) == (code, error.message)
+    ((key, raw),) = status.trailing_metadata
+    assert key == "grpc-status-details-bin" and isinstance(raw, bytes)
+    rich = status_pb2.Status.FromString(raw)
+    assert (rich.code, rich.message) == (code.value[0], error.message)
+    info = error_details_pb2.ErrorInfo()
+    assert rich.details[0].Unpack(info)
+    assert (info.domain, info.reason) == ("supermew.v1", ERROR_REASONS[cls])
+    expected = {k: v for k, v in _ARGUMENTS.items() if k != "task" and hasattr(error, k)}
+    assert dict(info.metadata) == expected
+    if cls is InvalidArgument:
+        # INVALID_ARGUMENT also says which field is wrong, and how, in a BadRequest.
+        bad = error_details_pb2.BadRequest()
+        assert len(rich.details) == 2 and rich.details[1].Unpack(bad)
+        (violation,) = bad.field_violations
+        assert (violation.field, violation.description) == ("knowledge_bases[2]", "what went wrong")
+    else:
+        assert len(rich.details) == 1
+    assert read_details(ended(status)) == ErrorDetails(
+        ERROR_REASONS[cls],
+        expected.get("field"),
+        expected.get("dependency"),
+        "what went wrong" if cls is InvalidArgument else None,
+    )
+
+
+def test_a_quota_refusal_carries_retry_info_beside_its_reason() -> None:
+    rich = status_pb2.Status.FromString(quota_spent_status(95.5).trailing_metadata[0][1])
+    info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+    assert rich.details[0].Unpack(info) and rich.details[1].Unpack(retry)
+    assert (info.domain, info.reason, dict(info.metadata)) == ("supermew.v1", "QUOTA_SPENT", {})
+    assert (retry.retry_delay.seconds, retry.retry_delay.nanos) == (95, 500_000_000)
+
+
+def test_what_reads_as_no_details() -> None:
+    nf = grpc.StatusCode.NOT_FOUND
+    found = error_status(NotFound("knowledge_bases[0]", "knowledge_bases/x does not exist"), nf)
+    trailer = tuple(found.trailing_metadata)
+    assert read_details(Ended(nf, found.details, trailer)) is not None
+    # No trailer: an older peer, a proxy, a transport failure.
+    assert read_details(Ended(nf, found.details)) is None
+    # A trailer that is no google.rpc.Status.
+    assert read_details(Ended(nf, found.details, ((trailer[0][0], b"not a status"),))) is None
+    # A status about another code or message than the call's: a proxy rewrote the status.
+    assert read_details(Ended(grpc.StatusCode.INTERNAL, found.details, trailer)) is None
+    assert read_details(Ended(nf, "not found", trailer)) is None
+    # An ErrorInfo of another domain, or none at all (a RetryInfo alone, as auth sent before).
+    other = status_pb2.Status.FromString(trailer[0][1])
+    info = error_details_pb2.ErrorInfo()
+    other.details[0].Unpack(info)
+    info.domain = "googleapis.com"
+    other.details[0].Pack(info)
+    raw = other.SerializeToString()
+    assert read_details(Ended(nf, found.details, ((trailer[0][0], raw),))) is None
+    del other.details[:]
+    raw = other.SerializeToString()
+    assert read_details(Ended(nf, found.details, ((trailer[0][0], raw),))) is None
