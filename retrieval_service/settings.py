@@ -98,6 +98,21 @@ class RetrievalSettings(ServerSettings):
         "in front; the stored and returned text stays the leaf.",
     )
     max_document_bytes: int = Field(20 * 1024 * 1024, gt=0)
+    # Imports (docs/api.md#imports).
+    import_roots: str | None = Field(
+        None,
+        description="Comma-separated folders ImportDocuments may read file:// uris under "
+        "(unset: file imports are refused).",
+    )
+    import_url_prefixes: str | None = Field(
+        None,
+        description="Comma-separated URL prefixes ImportDocuments may read http(s):// uris "
+        "under, redirects included (unset: URL imports are refused).",
+    )
+    import_workers: int = Field(2, ge=1, le=64, description="Imports one replica runs at once.")
+    import_url_timeout_seconds: float = Field(
+        30.0, gt=0, description="The time limit of reading one URL of an import, in seconds."
+    )
     samples_dir: str | None = Field(
         None, description="Folder ingested at start-up when the store is empty (`make run`)."
     )

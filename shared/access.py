@@ -54,6 +54,9 @@ ROLE_PERMISSIONS: Final[Mapping[Role, frozenset[Permission]]] = {
 
 _RETRIEVAL = "/supermew.v1.RetrievalService/"
 _ORCHESTRATOR = "/supermew.v1.OrchestratorService/"
+#: google.longrunning.Operations: which knowledge base an operation acts on is read from the
+#: operation itself, so the servicer checks it (shared.operations); the role check is here.
+_OPERATIONS = "/google.longrunning.Operations/"
 
 #: The permission each RPC needs (the roles table of docs/api.md#api-keys). A method missing
 #: here is refused to every key: a new RPC is closed until it is given a row.
@@ -65,6 +68,12 @@ METHOD_PERMISSIONS: Final[Mapping[str, Permission]] = {
     _RETRIEVAL + "IngestDocuments": Permission.WRITE,
     _RETRIEVAL + "StreamIngestDocuments": Permission.WRITE,
     _RETRIEVAL + "DeleteDocuments": Permission.WRITE,
+    _RETRIEVAL + "ImportDocuments": Permission.WRITE,
+    _OPERATIONS + "GetOperation": Permission.READ,
+    _OPERATIONS + "ListOperations": Permission.READ,
+    _OPERATIONS + "WaitOperation": Permission.READ,
+    _OPERATIONS + "CancelOperation": Permission.WRITE,
+    _OPERATIONS + "DeleteOperation": Permission.WRITE,
     _RETRIEVAL + "CreateKnowledgeBase": Permission.MANAGE,
     _RETRIEVAL + "UpdateKnowledgeBase": Permission.MANAGE,
     _RETRIEVAL + "DeleteKnowledgeBase": Permission.MANAGE,
@@ -84,6 +93,7 @@ KNOWLEDGE_BASE_FIELDS: Final[Mapping[str, str]] = {
     _RETRIEVAL + "IngestDocuments": "knowledge_base",
     _RETRIEVAL + "StreamIngestDocuments": "knowledge_base",
     _RETRIEVAL + "DeleteDocuments": "knowledge_base",
+    _RETRIEVAL + "ImportDocuments": "knowledge_base",
     _RETRIEVAL + "CreateKnowledgeBase": "knowledge_base_id",
     _RETRIEVAL + "UpdateKnowledgeBase": "knowledge_base.name",
     _RETRIEVAL + "DeleteKnowledgeBase": "name",

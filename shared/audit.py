@@ -62,6 +62,8 @@ AUDIT_ROWS: Final[Mapping[str, AuditRow]] = {
     # The response counts chunks only: the ids are the ones the request named.
     _RETRIEVAL + "DeleteDocuments": AuditRow(deleted=("document_ids", "filenames")),
     _RETRIEVAL + "ListDocuments": AuditRow(returned="documents.document_id"),
+    # The documents are read later, by the job: its operation's name is what the call returned.
+    _RETRIEVAL + "ImportDocuments": AuditRow(),
     _RETRIEVAL + "CreateKnowledgeBase": AuditRow(),
     _RETRIEVAL + "GetKnowledgeBase": AuditRow(),
     _RETRIEVAL + "ListKnowledgeBases": AuditRow(),

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from google.longrunning import operations_proto_pb2 as operations_pb2
 from supermew.v1 import orchestrator_pb2, retrieval_pb2
 
 from retrieval_service.adapters.milvus.filters import acl_column, acl_expr
@@ -62,6 +63,7 @@ def test_every_rpc_of_both_services_needs_a_named_permission() -> None:
     services = [
         retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"],
         orchestrator_pb2.DESCRIPTOR.services_by_name["OrchestratorService"],
+        operations_pb2.DESCRIPTOR.services_by_name["Operations"],
     ]
     methods = {f"/{s.full_name}/{m.name}" for s in services for m in s.methods}
     assert methods == set(METHOD_PERMISSIONS)

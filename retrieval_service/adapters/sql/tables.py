@@ -9,7 +9,12 @@ bytes whatever the server's locale.
 - `documents`: the current version of each live document (knowledge base + document_id
   unique), kept in the same transaction as every write of `document_versions`, with its
   per-level chunk counts and `acl`, so counts and listings read it instead of scanning.
-- `control_plane_upgrades`: the moves of older layouts that completed (`upgrade.py`)."""
+- `control_plane_upgrades`: the moves of older layouts that completed (`upgrade.py`).
+- `operations`: the long-running operations (imports), their progress, outcome and the lease of
+  the replica running them; `request_id` unique (AIP-155).
+- `import_sources`: which source (an import's uri) brought each document in, and the source's
+  change hint (an S3 ETag, a file's size and mtime), for `delete_missing` and for skipping
+  unchanged objects without reading them."""
 
 from __future__ import annotations
 
@@ -18,9 +23,11 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -108,4 +115,40 @@ control_plane_upgrades = Table(
     Column("name", String(64), primary_key=True),
     Column("completed_time", BigInteger, nullable=False),
     Column("note", Text, nullable=False, default=""),
+)
+
+operations = Table(
+    "operations",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("knowledge_base", key_type(255), nullable=False),
+    Column("request_id", String(128), nullable=True, unique=True),
+    Column("request_sha256", String(64), nullable=False),
+    Column("request", LargeBinary, nullable=False),
+    Column("state", SmallInteger, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("metadata", LargeBinary, nullable=False),
+    Column("response", LargeBinary, nullable=False, default=b""),
+    Column("error", LargeBinary, nullable=False, default=b""),
+    # The job's own resume state (an import: its cursor, counts and failures so far).
+    Column("checkpoint", json_type(), nullable=False),
+    Column("owner", String(64), nullable=False, default=""),
+    Column("lease_expires_ms", BigInteger, nullable=False, default=0),
+    Column("create_time", BigInteger, nullable=False),
+    Column("update_time", BigInteger, nullable=False),
+)
+
+import_sources = Table(
+    "import_sources",
+    metadata,
+    Column(
+        "knowledge_base",
+        key_type(255),
+        ForeignKey("knowledge_bases.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("document_id", key_type(), primary_key=True),
+    Column("source", Text, nullable=False),
+    Column("hint", Text, nullable=False, default=""),
 )

@@ -1,0 +1,359 @@
+"""Long-running operations and import sources in the control-plane database
+(docs/api.md#operations): the `OperationStore` port of the Operations API, and what the import
+runner needs besides — an idempotent create (request_id unique), a claim by compare-and-set of
+the lease (one replica runs a job; another takes it over only once that lease expired),
+progress saved under the lease, and the source of each imported document."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, delete, func, or_, select, update
+
+from retrieval_service.adapters.sql.database import Database
+from retrieval_service.adapters.sql.registry import dialect_insert, upsert
+from retrieval_service.adapters.sql.tables import documents, import_sources, operations
+from shared.errors import AlreadyExists
+from shared.operations import (
+    OperationFilter,
+    OperationPage,
+    OperationRecord,
+    OperationState,
+    page_token,
+)
+
+_O = operations.c
+_S = import_sources.c
+_D = documents.c
+#: Columns of a record (the request and checkpoint are read only by the runner).
+_RECORD_COLUMNS = (
+    _O.id,
+    _O.kind,
+    _O.knowledge_base,
+    _O.state,
+    _O.metadata,
+    _O.create_time,
+    _O.update_time,
+    _O.request_id,
+    _O.response,
+    _O.error,
+    _O.cancel_requested,
+)
+
+
+def _record(row: Any) -> OperationRecord:
+    return OperationRecord(
+        id=row.id,
+        kind=row.kind,
+        knowledge_base=row.knowledge_base,
+        state=OperationState(row.state),
+        metadata=bytes(row.metadata),
+        create_time_ms=int(row.create_time),
+        update_time_ms=int(row.update_time),
+        request_id=row.request_id or "",
+        response=bytes(row.response),
+        error=bytes(row.error),
+        cancel_requested=bool(row.cancel_requested),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NewOperation:
+    """What starting a job stores."""
+
+    id: str
+    kind: str
+    knowledge_base: str
+    request_id: str
+    request_sha256: str
+    request: bytes
+    metadata: bytes
+    checkpoint: Mapping[str, Any]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedOperation:
+    """An operation a runner holds the lease of: its record, request and checkpoint."""
+
+    record: OperationRecord
+    request: bytes
+    checkpoint: Mapping[str, Any]
+
+
+class LeaseLost(Exception):
+    """The operation is no longer this runner's (done, or taken over after a stall)."""
+
+
+class SqlOperationStore:
+    """The operations table (the `OperationStore` port and the runner's side of it)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # ---- the Operations API ---------------------------------------------------------------
+
+    async def get(self, op_id: str) -> OperationRecord | None:
+        async with self._db.read("operations_get") as connection:
+            row = (await connection.execute(select(*_RECORD_COLUMNS).where(_O.id == op_id))).first()
+        return _record(row) if row is not None else None
+
+    async def page(
+        self, where: OperationFilter, size: int, after: str | None, kb_ids: frozenset[str] | None
+    ) -> OperationPage:
+        query = select(*_RECORD_COLUMNS).order_by(_O.id.desc()).limit(size + 1)
+        if after is not None:
+            query = query.where(_O.id < after)
+        if where.done is True:
+            query = query.where(_O.state >= OperationState.SUCCEEDED)
+        elif where.done is False:
+            query = query.where(_O.state < OperationState.SUCCEEDED)
+        if where.states:
+            query = query.where(_O.state.in_([int(s) for s in where.states]))
+        if where.knowledge_base is not None:
+            query = query.where(_O.knowledge_base == where.knowledge_base)
+        if kb_ids is not None:
+            query = query.where(_O.knowledge_base.in_(sorted(kb_ids)))
+        async with self._db.read("operations_page") as connection:
+            rows = [_record(r) for r in await connection.execute(query)]
+        more = len(rows) > size
+        rows = rows[:size]
+        return OperationPage(rows, page_token(rows[-1].id) if more and rows else "")
+
+    async def request_cancel(self, op_id: str, now_ms: int) -> OperationRecord | None:
+        async with self._db.write("operations_cancel") as connection:
+            await connection.execute(
+                update(operations)
+                .where(_O.id == op_id, _O.state == OperationState.QUEUED)
+                .values(state=OperationState.CANCELLED, cancel_requested=True, update_time=now_ms)
+            )
+            await connection.execute(
+                update(operations)
+                .where(_O.id == op_id, _O.state == OperationState.RUNNING)
+                .values(cancel_requested=True)
+            )
+            row = (await connection.execute(select(*_RECORD_COLUMNS).where(_O.id == op_id))).first()
+        return _record(row) if row is not None else None
+
+    async def delete(self, op_id: str) -> bool:
+        async with self._db.write("operations_delete") as connection:
+            result = await connection.execute(
+                delete(operations).where(_O.id == op_id, _O.state >= OperationState.SUCCEEDED)
+            )
+        return bool(result.rowcount == 1)
+
+    # ---- the runner's side ----------------------------------------------------------------
+
+    async def create(self, new: NewOperation) -> tuple[OperationRecord, bool]:
+        """Stores a QUEUED operation; with a request_id already used, the operation stored then
+        (same request: (it, False)) or ALREADY_EXISTS naming `request_id` (another request)."""
+        values = {
+            "id": new.id,
+            "kind": new.kind,
+            "knowledge_base": new.knowledge_base,
+            "request_id": new.request_id or None,
+            "request_sha256": new.request_sha256,
+            "request": new.request,
+            "state": int(OperationState.QUEUED),
+            "cancel_requested": False,
+            "metadata": new.metadata,
+            "response": b"",
+            "error": b"",
+            "checkpoint": dict(new.checkpoint),
+            "owner": "",
+            "lease_expires_ms": 0,
+            "create_time": new.now_ms,
+            "update_time": new.now_ms,
+        }
+        statement = dialect_insert(self._db, operations).on_conflict_do_nothing()
+        async with self._db.write("operations_create") as connection:
+            result = await connection.execute(statement, values)
+            if result.rowcount == 1:
+                row = (
+                    await connection.execute(select(*_RECORD_COLUMNS).where(_O.id == new.id))
+                ).one()
+                return _record(row), True
+            earlier = (
+                await connection.execute(
+                    select(*_RECORD_COLUMNS, _O.request_sha256).where(
+                        _O.request_id == new.request_id
+                    )
+                )
+            ).first()
+        if earlier is None:  # an id collision: 32 random bits in one millisecond
+            raise AlreadyExists("request_id", "try again")
+        if earlier.request_sha256 != new.request_sha256:
+            raise AlreadyExists(
+                "request_id",
+                f"{new.request_id!r} was used by another request (operations/{earlier.id})",
+            )
+        return _record(earlier), False
+
+    async def claim(
+        self, kind: str, owner: str, now_ms: int, lease_ms: int
+    ) -> ClaimedOperation | None:
+        """The oldest QUEUED operation of `kind`, or a RUNNING one whose lease expired (its
+        runner died), now this `owner`'s until `now_ms + lease_ms`; None when there is none."""
+        claimable = and_(
+            _O.kind == kind,
+            or_(
+                _O.state == OperationState.QUEUED,
+                and_(_O.state == OperationState.RUNNING, _O.lease_expires_ms < now_ms),
+            ),
+        )
+        async with self._db.read("operations_claimable") as connection:
+            candidates = [
+                (r.id, r.owner, r.lease_expires_ms)
+                for r in await connection.execute(
+                    select(_O.id, _O.owner, _O.lease_expires_ms)
+                    .where(claimable)
+                    .order_by(_O.id)
+                    .limit(8)
+                )
+            ]
+        for op_id, old_owner, old_lease in candidates:
+            async with self._db.write("operations_claim") as connection:
+                result = await connection.execute(
+                    update(operations)
+                    .where(
+                        _O.id == op_id,
+                        claimable,
+                        _O.owner == old_owner,
+                        _O.lease_expires_ms == old_lease,
+                    )
+                    .values(
+                        state=OperationState.RUNNING,
+                        owner=owner,
+                        lease_expires_ms=now_ms + lease_ms,
+                        update_time=now_ms,
+                    )
+                )
+                if result.rowcount != 1:
+                    continue  # another replica claimed it first
+                row = (
+                    await connection.execute(
+                        select(*_RECORD_COLUMNS, _O.request, _O.checkpoint).where(_O.id == op_id)
+                    )
+                ).one()
+            return ClaimedOperation(_record(row), bytes(row.request), dict(row.checkpoint))
+        return None
+
+    async def save(
+        self,
+        op_id: str,
+        owner: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        metadata: bytes,
+        checkpoint: Mapping[str, Any],
+    ) -> bool:
+        """Progress under the lease, renewed; returns whether a cancel was requested. Raises
+        LeaseLost when the operation is no longer this owner's."""
+        async with self._db.write("operations_save") as connection:
+            result = await connection.execute(
+                update(operations)
+                .where(_O.id == op_id, _O.owner == owner, _O.state == OperationState.RUNNING)
+                .values(
+                    metadata=metadata,
+                    checkpoint=dict(checkpoint),
+                    lease_expires_ms=now_ms + lease_ms,
+                    update_time=now_ms,
+                )
+            )
+            if result.rowcount != 1:
+                raise LeaseLost(op_id)
+            cancel = (
+                await connection.execute(select(_O.cancel_requested).where(_O.id == op_id))
+            ).scalar_one()
+        return bool(cancel)
+
+    async def finish(
+        self,
+        op_id: str,
+        owner: str,
+        *,
+        state: OperationState,
+        now_ms: int,
+        metadata: bytes,
+        checkpoint: Mapping[str, Any],
+        response: bytes = b"",
+        error: bytes = b"",
+    ) -> None:
+        """The operation done (SUCCEEDED, FAILED or CANCELLED); LeaseLost when it is no longer
+        this owner's."""
+        async with self._db.write("operations_finish") as connection:
+            result = await connection.execute(
+                update(operations)
+                .where(_O.id == op_id, _O.owner == owner, _O.state == OperationState.RUNNING)
+                .values(
+                    state=state,
+                    metadata=metadata,
+                    checkpoint=dict(checkpoint),
+                    response=response,
+                    error=error,
+                    lease_expires_ms=0,
+                    update_time=now_ms,
+                )
+            )
+        if result.rowcount != 1:
+            raise LeaseLost(op_id)
+
+    async def release(self, op_id: str, owner: str) -> None:
+        """Gives a running operation up at once (this replica is stopping), so another replica
+        (or this one after its restart) takes it over without waiting for the lease."""
+        async with self._db.write("operations_release") as connection:
+            await connection.execute(
+                update(operations)
+                .where(_O.id == op_id, _O.owner == owner, _O.state == OperationState.RUNNING)
+                .values(lease_expires_ms=0)
+            )
+
+    async def counts(self) -> dict[OperationState, int]:
+        """How many operations are in each state (the `supermew_operations` gauge)."""
+        async with self._db.read("operations_counts") as connection:
+            rows = await connection.execute(select(_O.state, func.count()).group_by(_O.state))
+            return {OperationState(state): int(n) for state, n in rows}
+
+    # ---- import sources -------------------------------------------------------------------
+
+    async def imported_from(self, knowledge_base: str, source: str) -> dict[str, str]:
+        """document_id → change hint of the knowledge base's live documents that `source`
+        brought in."""
+        query = (
+            select(_S.document_id, _S.hint)
+            .join(
+                documents,
+                and_(_D.knowledge_base == _S.knowledge_base, _D.document_id == _S.document_id),
+            )
+            .where(_S.knowledge_base == knowledge_base, _S.source == source)
+        )
+        async with self._db.read("import_sources_read") as connection:
+            return {r.document_id: r.hint for r in await connection.execute(query)}
+
+    async def remember(
+        self, knowledge_base: str, source: str, hints: Sequence[tuple[str, str]]
+    ) -> None:
+        """Records that `source` brought in these (document_id, hint)."""
+        if not hints:
+            return
+        rows = [
+            {"knowledge_base": knowledge_base, "document_id": d, "source": source, "hint": h}
+            for d, h in hints
+        ]
+        async with self._db.write("import_sources_write") as connection:
+            await connection.execute(
+                upsert(self._db, import_sources, ["knowledge_base", "document_id"]), rows
+            )
+
+    async def forget(self, knowledge_base: str, document_ids: Sequence[str]) -> None:
+        if not document_ids:
+            return
+        async with self._db.write("import_sources_forget") as connection:
+            await connection.execute(
+                delete(import_sources).where(
+                    _S.knowledge_base == knowledge_base, _S.document_id.in_(list(document_ids))
+                )
+            )
