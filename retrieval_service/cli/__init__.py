@@ -6,6 +6,9 @@ Milvus Lite allows one process per data directory):
     python -m retrieval_service delete [NAME…] [--document-id ID]… [--kb ID]
     python -m retrieval_service search QUERY [--kb ID]… [--filter EXPR] [--top-k N]
     python -m retrieval_service sync DIR --kb ID [--metadata K=V]… [--dry-run]
+    python -m retrieval_service import URI… [--kb ID] [--include G]… [--exclude G]…
+        [--metadata K=V]… [--delete-missing [--max-deletion-percent N]] [--request-id ID] [--wait]
+    python -m retrieval_service operations list [--filter F] [--kb ID] · get|wait|cancel NAME
     python -m retrieval_service kb create|get|update|delete ID … · kb list
     python -m retrieval_service keys new --id ID --role ROLE --kb ID… [--group G…]
 
@@ -29,6 +32,13 @@ from the stored ones (an unchanged file is never sent, so never embedded), delet
 documents whose files are gone, prints one line per file (added, changed, unchanged, deleted,
 failed) and a summary, and with `--dry-run` only says what it would do.
 
+`import` starts an ImportDocuments job on the server (docs/api.md#imports) — a bare path is sent
+as the `file://` uri of its absolute path, which the server must be allowed to read
+(IMPORT_ROOTS) — and prints its operation's name; `--wait` follows it with a progress bar and
+prints its counts and failures, exiting 0 when every document got in, 1 when the job failed, was
+cancelled or some documents failed. `operations` lists, shows, follows (`wait`, exit code as
+`import --wait`, 3 when `--for` ran out first) or cancels jobs.
+
 Target: `--addr`, else RETRIEVAL_ADDR, else localhost:RETRIEVAL_PORT; `--json` prints the
 outcome as one JSON object (progress stays on stderr). TLS as the orchestrator reaches
 retrieval (RETRIEVAL_TLS_CA_FILE, and RETRIEVAL_TLS_CERT_FILE / RETRIEVAL_TLS_KEY_FILE for
@@ -49,6 +59,7 @@ from retrieval_service.cli.common import (
     common_arguments,
 )
 from retrieval_service.cli.documents import delete, ingest, list_documents
+from retrieval_service.cli.imports import add_import_parsers
 from retrieval_service.cli.kb import kb_create, kb_delete, kb_get, kb_list, kb_update
 from retrieval_service.cli.keys import add_keys_parser
 from retrieval_service.cli.search import search
@@ -93,6 +104,8 @@ def build_parser(settings: CliSettings) -> argparse.ArgumentParser:
     p.add_argument("--kb", required=True, help="the knowledge base id or name")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help=meta_help)
     p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+
+    add_import_parsers(sub, command, kb_flag, meta_help)
 
     kb = sub.add_parser("kb", help="create, get, list, update or delete knowledge bases")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)

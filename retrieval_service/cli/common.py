@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.longrunning import operations_pb2_grpc
 from google.protobuf import json_format
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from supermew.v1 import retrieval_pb2_grpc
@@ -164,7 +165,16 @@ def closed_pipe() -> int:
 def call(settings: CliSettings, args: argparse.Namespace) -> int:
     """Runs the command's handler over a channel to the target; a failed call prints its
     status (with a TLS mismatch hint) and exits 1, a bad path or TLS setting exits 2."""
-    label = " ".join(filter(None, [args.command, getattr(args, "kb_command", None)]))
+    label = " ".join(
+        filter(
+            None,
+            [
+                args.command,
+                getattr(args, "kb_command", None),
+                getattr(args, "operations_command", None),
+            ],
+        )
+    )
     target = args.addr or settings.target
     try:
         credentials = credentials_from_arguments(args)
@@ -179,6 +189,8 @@ def call(settings: CliSettings, args: argparse.Namespace) -> int:
     try:
         with channel:
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            # The import and operations commands follow jobs on the same channel.
+            args.operations = operations_pb2_grpc.OperationsStub(channel)
             handler: Handler = args.handler
             return handler(stub, args, settings.metadata)
     except grpc.RpcError as exc:

@@ -23,6 +23,7 @@ from google.protobuf import duration_pb2, struct_pb2
 from supermew.v1 import retrieval_pb2
 
 from tests.integration.retrieval_harness import Service, running_service
+from tests.integration.test_retrieval_cli import _cli
 
 pytestmark = pytest.mark.integration
 
@@ -359,3 +360,45 @@ async def test_the_operations_api_checks_its_input(tmp_path: Path) -> None:
         )
         assert [o.name for o in listed.operations] == [op.name]
         await wait(ops, op.name)
+
+
+async def test_the_cli_imports_waits_and_follows_operations(tmp_path: Path) -> None:
+    root = write_folder(
+        tmp_path / "docs",
+        {"a.md": PARAGRAPH, "b/c.txt": PARAGRAPH * 2, "broken.pdf": b"not a pdf"},
+    )
+    async with service(tmp_path, import_roots=str(tmp_path)) as (svc, _ops):
+        await svc.stub.CreateKnowledgeBase(
+            retrieval_pb2.CreateKnowledgeBaseRequest(knowledge_base_id="hr")
+        )
+        rc, out, err = await _cli(
+            svc.port, "import", str(root), "--kb", "hr", "--metadata", "team=hr", "--wait"
+        )
+        assert rc == 1, err  # broken.pdf failed
+        assert "SUCCEEDED" in out and "new 2" in out and "failed 1" in out
+        assert "failed broken.pdf" in out
+        name = out.split()[0]
+        assert name.startswith("operations/")
+
+        rc_start, out_start, _ = await _cli(
+            svc.port, "import", root.as_uri(), "--kb", "hr", "--metadata", "team=hr"
+        )
+        assert rc_start == 0 and out_start.startswith("started operations/")
+        started = out_start.split()[1].rstrip(";")
+        rc_wait, out_wait, _ = await _cli(svc.port, "operations", "wait", started, "--json")
+        waited = json.loads(out_wait)
+        assert waited["done"] is True
+        assert waited["response"]["documents_unchanged"] == "2"  # int64 in JSON: a string
+        assert rc_wait == 1  # the broken file again
+
+        rc_list, out_list, _ = await _cli(svc.port, "operations", "list", "--kb", "hr")
+        assert rc_list == 0 and name in out_list and started in out_list
+        assert "2 operation(s)" in out_list
+        rc_get, out_get, _ = await _cli(svc.port, "operations", "get", name)
+        assert rc_get == 0 and out_get.startswith(name)
+        rc_cancel, _out_cancel, _ = await _cli(svc.port, "operations", "cancel", name)
+        assert rc_cancel == 0  # done already: nothing changes
+        rc_bad, _, err_bad = await _cli(svc.port, "operations", "get", "nope")
+        assert rc_bad == 1 and "INVALID_ARGUMENT" in err_bad
+        rc_off, _, err_off = await _cli(svc.port, "import", "/etc", "--kb", "hr")
+        assert rc_off == 1 and "PERMISSION_DENIED" in err_off and "IMPORT_ROOTS" in err_off
