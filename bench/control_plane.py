@@ -72,7 +72,7 @@ from bench.retrieval_latency import zipf_words
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "6c61147"
 DIM = 64
-SERVING_LINE = re.compile(rb"serving \S*RetrievalService\S* on 127\.0\.0\.1:(\d+)")
+SERVING_LINE = re.compile(rb"serving \S*RetrievalService[^\n]*? on 127\.0\.0\.1:(\d+)")
 START_SECONDS = 120.0
 # The environment a service gets from this process; everything else it is given explicitly
 # (the service reads its settings from the environment, so nothing of the caller's may leak).

@@ -59,7 +59,7 @@ def free_port() -> int:
 
 
 # The service's start-up line (shared/serve.py), with the port it bound.
-SERVING_LINE = re.compile(rb"serving \S*RetrievalService\S* on 127\.0\.0\.1:(\d+)")
+SERVING_LINE = re.compile(rb"serving \S*RetrievalService[^\n]*? on 127\.0\.0\.1:(\d+)")
 
 
 def spawn_retrieval_service(

@@ -22,6 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
+from retrieval_service.adapters.sql.migrate import head
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import spawn_retrieval_service
 from tests.integration.test_retrieval_crash_safety import embedding_env
@@ -114,9 +115,9 @@ def test_migrations_on_demand(tmp_path: Path) -> None:
     assert current.returncode == 0 and "schema at no revision" in current.stdout
     upgraded = _run(tmp_path, "db", "upgrade", DATABASE_URL=url)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "migrated from empty to 0001_control_plane" in upgraded.stdout
+    assert f"migrated from empty to {head()}" in upgraded.stdout
     again = _run(tmp_path, "db", "upgrade", DATABASE_URL=url)
-    assert "already at 0001_control_plane" in again.stdout
+    assert f"already at {head()}" in again.stdout
     bad = _run(tmp_path, "db", "upgrade", DATABASE_URL=f"postgresql://u:{SECRET}@127.0.0.1:1/x")
     assert bad.returncode == 1 and "DATABASE_URL=" in bad.stderr
     assert SECRET not in bad.stderr and "Traceback" not in bad.stderr
