@@ -1,0 +1,157 @@
+"""An import survives the replica running it (docs/api.md#imports): two real retrieval
+processes on one PostgreSQL and one `milvus-lite server`; the replica running an import is
+killed (SIGKILL) mid-job, and the other takes the job over once its lease expires and finishes
+it. Afterwards every document is in once (ListDocuments), the rows per level in Milvus equal
+the registry's counts, and the counts of the operation are whole. Skipped where PostgreSQL is
+not installed (CI installs it: .ci/run)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.longrunning import operations_pb2_grpc
+from google.longrunning import operations_proto_pb2 as operations_pb2
+from google.protobuf import duration_pb2
+from supermew.v1 import retrieval_pb2
+
+from tests.fakes.embeddings_server import EmbeddingsServer
+from tests.integration.retrieval_harness import MILVUS_LITE, LiteServer, free_port
+from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
+from tests.postgres import PostgresServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+COLLECTION = "imports"
+DOCUMENTS = 96
+SENTENCE = "Harbour log {n}: the ferry to the island leaves at dawn and returns at dusk. "
+State = retrieval_pb2.ImportDocumentsMetadata.State
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="import-takeover-"))
+    docs = root / "docs"
+    docs.mkdir()
+    for i in range(DOCUMENTS):
+        (docs / f"log-{i:03}.md").write_text(SENTENCE.format(n=i) * 20)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def progress(op: operations_pb2.Operation) -> retrieval_pb2.ImportDocumentsMetadata:
+    out = retrieval_pb2.ImportDocumentsMetadata()
+    op.metadata.Unpack(out)
+    return out
+
+
+def until(check: object, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_killed_replicas_import_finishes_on_the_other(
+    postgres_server: PostgresServer, folder: Path
+) -> None:
+    if not MILVUS_LITE.exists():
+        pytest.fail("milvus-lite CLI not installed in the venv")
+    # Slow embedding: the import is still running when its replica is killed.
+    embeddings = EmbeddingsServer(DIM, batch_delay=0.15).start()
+    server = LiteServer(folder / "milvus", free_port())
+    server.start()
+    postgres_server.start()
+    env = {
+        **embedding_env(embeddings),
+        "MILVUS_URI": server.uri,
+        "MILVUS_COLLECTION": COLLECTION,
+        "DATABASE_URL": postgres_server.create_database("import_takeover"),
+        "INGEST_LEASE_SECONDS": "3",
+        "IMPORT_ROOTS": str(folder),
+        "IMPORT_WORKERS": "1",
+    }
+    a = ServiceProcess(folder / "a.log", env)
+    b: ServiceProcess | None = None
+    from pymilvus import MilvusClient
+
+    milvus = MilvusClient(uri=server.uri)
+    try:
+        ops_a = operations_pb2_grpc.OperationsStub(a.channel)
+        op = a.stub.ImportDocuments(
+            retrieval_pb2.ImportDocumentsRequest(uris=[(folder / "docs").as_uri()]), timeout=30
+        )
+        get = operations_pb2.GetOperationRequest(name=op.name)
+        until(lambda: progress(ops_a.GetOperation(get)).documents_new >= 16, 120)
+        b = ServiceProcess(folder / "b.log", env)  # started while a runs the job
+        before = progress(ops_a.GetOperation(get))
+        assert not ops_a.GetOperation(get).done, "the import ended before the kill"
+        a.proc.kill()
+        a.proc.wait(timeout=30)
+
+        ops_b = operations_pb2_grpc.OperationsStub(b.channel)
+        done = ops_b.WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=op.name, timeout=duration_pb2.Duration(seconds=240)
+            ),
+            timeout=250,
+        )
+        assert done.done and done.WhichOneof("result") == "response", done
+        meta = progress(done)
+        assert meta.state == State.SUCCEEDED
+        assert meta.documents_total == DOCUMENTS
+        assert meta.documents_new + meta.documents_unchanged + meta.documents_replaced == DOCUMENTS
+        assert meta.documents_failed == 0
+        # Only the batch in flight at the kill was done again (its committed documents are
+        # "unchanged" the second time): at most one batch per worker.
+        assert meta.documents_unchanged <= 16
+        assert meta.documents_new >= before.documents_new
+        assert "(taken over)" in (folder / "b.log").read_text()
+
+        listing = b.stub.ListDocuments(
+            retrieval_pb2.ListDocumentsRequest(page_size=1000), timeout=30
+        ).documents
+        assert sorted(d.document_id for d in listing) == [
+            f"log-{i:03}.md" for i in range(DOCUMENTS)
+        ]
+        registry = [sum(getattr(d, f"l{level}_chunks") for d in listing) for level in (1, 2, 3)]
+        rows = [
+            int(
+                milvus.query(f"{COLLECTION}_v4_l{level}", filter="", output_fields=["count(*)"])[0][
+                    "count(*)"
+                ]
+            )
+            for level in (1, 2, 3)
+        ]
+        # Rows of an uncommitted version the kill left go once their lease expires.
+        until(
+            lambda: (
+                [
+                    int(
+                        milvus.query(
+                            f"{COLLECTION}_v4_l{level}", filter="", output_fields=["count(*)"]
+                        )[0]["count(*)"]
+                    )
+                    for level in (1, 2, 3)
+                ]
+                == registry
+            ),
+            60,
+        )
+        assert rows[2] >= registry[2]
+    except grpc.RpcError as error:
+        pytest.fail(f"{error.code()}: {error.details()}\n{(folder / 'a.log').read_text()[-2000:]}")
+    finally:
+        milvus.close()
+        a.stop()
+        if b is not None:
+            b.stop()
+        server.stop()
+        embeddings.stop()
