@@ -264,6 +264,7 @@ async def create_app(
             settings.import_url_prefixes,
             settings.max_document_bytes,
             settings.import_url_timeout_seconds,
+            settings.s3_endpoint_url,
         ),
         workers=settings.import_workers,
         lease_seconds=settings.ingest_lease_seconds,

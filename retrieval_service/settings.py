@@ -106,8 +106,13 @@ class RetrievalSettings(ServerSettings):
     )
     import_url_prefixes: str | None = Field(
         None,
-        description="Comma-separated URL prefixes ImportDocuments may read http(s):// uris "
-        "under, redirects included (unset: URL imports are refused).",
+        description="Comma-separated URL prefixes ImportDocuments may read http(s):// and "
+        "s3:// uris under, redirects included (unset: URL and S3 imports are refused).",
+    )
+    s3_endpoint_url: str | None = Field(
+        None,
+        description="The S3-compatible endpoint s3:// imports read from (unset: AWS); "
+        "credentials and region from the standard AWS variables.",
     )
     import_workers: int = Field(2, ge=1, le=64, description="Imports one replica runs at once.")
     import_url_timeout_seconds: float = Field(

@@ -10,10 +10,12 @@ lets an unchanged file be skipped without being read."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
@@ -49,6 +51,27 @@ class ImportPolicy:
     url_prefixes: tuple[str, ...] = ()
     max_document_bytes: int = 20 * 1024 * 1024
     url_timeout_seconds: float = 30.0
+    s3_endpoint_url: str | None = None
+    _s3: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    def s3_client(self) -> Any:
+        """One boto3 S3 client (thread-safe), made at the first S3 import: credentials and
+        region from the standard AWS variables, the endpoint from S3_ENDPOINT_URL."""
+        if not self._s3:
+            import boto3  # only where S3 is used: it loads slowly
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=self.url_timeout_seconds,
+                read_timeout=self.url_timeout_seconds,
+                retries={"max_attempts": 3, "mode": "standard"},
+            )
+            self._s3.append(
+                boto3.session.Session().client(
+                    "s3", endpoint_url=self.s3_endpoint_url or None, config=config
+                )
+            )
+        return self._s3[0]
 
     @classmethod
     def of(
@@ -57,12 +80,14 @@ class ImportPolicy:
         url_prefixes: str | None,
         max_document_bytes: int,
         url_timeout_seconds: float = 30.0,
+        s3_endpoint_url: str | None = None,
     ) -> ImportPolicy:
         return cls(
             roots=tuple(Path(r).resolve() for r in _listed(roots)),
             url_prefixes=tuple(_listed(url_prefixes)),
             max_document_bytes=max_document_bytes,
             url_timeout_seconds=url_timeout_seconds,
+            s3_endpoint_url=s3_endpoint_url,
         )
 
 
@@ -266,5 +291,111 @@ def open_source(
             raise PermissionDenied(f"{uri}: is not under IMPORT_URL_PREFIXES")
         return UrlSource(uri, policy, client)
     if parts.scheme == "s3":
-        raise InvalidArgument(field_name, f"{uri}: s3:// imports are not available in this release")
-    raise InvalidArgument(field_name, f"{uri}: must be a file://, http:// or https:// uri")
+        if not parts.netloc:
+            raise InvalidArgument(field_name, f"{uri}: an s3 uri is s3://bucket/prefix")
+        if not policy.url_prefixes:
+            raise PermissionDenied(f"{uri}: S3 imports are off (IMPORT_URL_PREFIXES is not set)")
+        if not _allowed_url(uri, policy.url_prefixes):
+            raise PermissionDenied(f"{uri}: is not under IMPORT_URL_PREFIXES")
+        return S3Source(uri, parts.netloc, parts.path.lstrip("/"), policy)
+    raise InvalidArgument(field_name, f"{uri}: must be a file://, http://, https:// or s3:// uri")
+
+
+# ---- s3:// ----------------------------------------------------------------------------------
+
+
+class S3Source:
+    """Every object under `s3://bucket/prefix` on S3_ENDPOINT_URL (unset: AWS), listed page by
+    page, with the standard AWS credential variables; an object's ETag (and its sidecar's) is
+    its change hint. Keys ending in `/` (folder markers) and hidden names are skipped."""
+
+    def __init__(self, uri: str, bucket: str, prefix: str, policy: ImportPolicy) -> None:
+        self.uri = uri
+        self._bucket = bucket
+        self._prefix = prefix
+        self._policy = policy
+
+    async def listing(self) -> Listing:
+        return await asyncio.to_thread(self._list)
+
+    def _list(self) -> Listing:
+        objects: dict[str, tuple[str, str]] = {}  # relative path → (key, etag)
+        pages = self._policy.s3_client().get_paginator("list_objects_v2")
+        with _s3_errors(self.uri):
+            for page in pages.paginate(Bucket=self._bucket, Prefix=self._prefix):
+                for item in page.get("Contents", []):
+                    key = item["Key"]
+                    relative = _relative_key(key, self._prefix)
+                    if key.endswith("/") or any(p.startswith(".") for p in relative.split("/")):
+                        continue
+                    objects[relative] = (key, item.get("ETag", "").strip('"'))
+        out = Listing()
+        for relative in sorted(objects):
+            key, etag = objects[relative]
+            object_uri = f"s3://{self._bucket}/{key}"
+            if relative.endswith(SIDECAR_SUFFIX):
+                if relative.removesuffix(SIDECAR_SUFFIX) not in objects:
+                    out.skipped.append(object_uri)
+                continue
+            name = PurePosixPath(relative).name
+            if not supported(name):
+                out.skipped.append(object_uri)
+                continue
+            sidecar = objects.get(relative + SIDECAR_SUFFIX)
+            hint = f"etag:{etag}" + (f";{sidecar[1]}" if sidecar else "")
+            sidecar_key = sidecar[0] if sidecar else ""
+            out.entries.append(Entry(object_uri, relative, name, hint if etag else "", sidecar_key))
+        return out
+
+    async def read(self, entry: Entry) -> Read:
+        return await asyncio.to_thread(self._read, entry)
+
+    def _read(self, entry: Entry) -> Read:
+        key = entry.uri.removeprefix(f"s3://{self._bucket}/")
+        content = self._get(key, entry.uri)
+        sidecar = None
+        if entry.sidecar:
+            sidecar = parse_sidecar(self._get(entry.sidecar, entry.uri), entry.sidecar)
+        return Read(content, entry.filename, sidecar)
+
+    def _get(self, key: str, uri: str) -> bytes:
+        limit = self._policy.max_document_bytes
+        with _s3_errors(uri):
+            found = self._policy.s3_client().get_object(Bucket=self._bucket, Key=key)
+            size = int(found.get("ContentLength", 0))
+            if size > limit:
+                found["Body"].close()
+                raise InvalidArgument(
+                    "content", f"{uri} is {size} bytes, at most {limit} (MAX_DOCUMENT_BYTES)"
+                )
+            return bytes(found["Body"].read(limit + 1))
+
+
+def _relative_key(key: str, prefix: str) -> str:
+    """A key's path below the prefix: the prefix a folder (`docs` or `docs/`) or the key itself
+    (its file name then)."""
+    if key == prefix:
+        return PurePosixPath(key).name
+    return key[len(prefix) :].lstrip("/") if prefix else key
+
+
+@contextlib.contextmanager
+def _s3_errors(uri: str) -> Iterator[None]:
+    """botocore's failures as domain errors naming the uri (never the credentials)."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        yield
+    except NoCredentialsError as exc:
+        raise DependencyUnavailable(
+            "s3", f"{uri}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        ) from exc
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("NoSuchBucket", "NoSuchKey", "404"):
+            raise NotFound("uris", f"{uri}: {code}") from exc
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
+            raise PermissionDenied(f"{uri}: the object store refused access ({code})") from exc
+        raise DependencyUnavailable("s3", f"{uri}: {code or 'error'}") from exc
+    except BotoCoreError as exc:
+        raise DependencyUnavailable("s3", f"{uri}: {type(exc).__name__}") from exc

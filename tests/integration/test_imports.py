@@ -402,3 +402,77 @@ async def test_the_cli_imports_waits_and_follows_operations(tmp_path: Path) -> N
         assert rc_bad == 1 and "INVALID_ARGUMENT" in err_bad
         rc_off, _, err_off = await _cli(svc.port, "import", "/etc", "--kb", "hr")
         assert rc_off == 1 and "PERMISSION_DENIED" in err_off and "IMPORT_ROOTS" in err_off
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An S3-compatible server on 127.0.0.1 (moto in server mode) with a bucket `corpus`, and a
+    client of it; the service reads the standard AWS variables."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "test-key",
+        "AWS_SECRET_ACCESS_KEY": "test-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+    client.create_bucket(Bucket="corpus")
+    client.endpoint = f"http://{host}:{port}"
+    try:
+        yield client
+    finally:
+        server.stop()
+
+
+async def test_a_bucket_on_an_s3_compatible_server(tmp_path: Path, s3: Any) -> None:
+    objects: dict[str, bytes] = {
+        "docs/a.md": PARAGRAPH.encode(),
+        "docs/a.md.meta.json": json.dumps({"team": "ops"}).encode(),
+        "docs/sub/b.txt": (PARAGRAPH * 2).encode(),
+        "docs/skip.xyz": b"\x00",
+        "docs/big.md": b"y" * 5000,
+        "other/c.md": PARAGRAPH.encode(),
+    }
+    for key, body in objects.items():
+        s3.put_object(Bucket="corpus", Key=key, Body=body)
+    async with service(
+        tmp_path,
+        import_url_prefixes="s3://corpus/docs",
+        s3_endpoint_url=s3.endpoint,
+        max_document_bytes=4000,
+    ) as (svc, ops):
+        first = response(await wait(ops, (await start(svc, uris=["s3://corpus/docs"])).name))
+        assert (first.documents_total, first.documents_new, first.documents_failed) == (3, 2, 1)
+        assert first.documents_skipped == 1
+        assert first.failures[0].uri == "s3://corpus/docs/big.md"
+        assert "MAX_DOCUMENT_BYTES" in first.failures[0].status.message
+        stored = await documents(svc)
+        assert set(stored) == {"a.md", "sub/b.txt"}
+        assert stored["a.md"]["metadata"] == {"team": "ops"}
+
+        # Unchanged objects (same ETags): not downloaded, not embedded.
+        again = response(await wait(ops, (await start(svc, uris=["s3://corpus/docs"])).name))
+        assert (again.documents_unchanged, again.leaves_written) == (2, 0)
+
+        s3.delete_object(Bucket="corpus", Key="docs/sub/b.txt")
+        pruned = await wait(
+            ops, (await start(svc, uris=["s3://corpus/docs"], delete_missing=True)).name
+        )
+        assert response(pruned).documents_deleted == 1  # 1 of 2: within the default 50 %
+        assert set(await documents(svc)) == {"a.md"}
+
+        with pytest.raises(grpc.aio.AioRpcError) as outside:
+            await start(svc, uris=["s3://corpus/other"])
+        assert outside.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "IMPORT_URL_PREFIXES" in (outside.value.details() or "")
+    async with service(
+        tmp_path / "missing", import_url_prefixes="s3://", s3_endpoint_url=s3.endpoint
+    ) as (svc, ops):
+        missing = await wait(ops, (await start(svc, uris=["s3://no-such-bucket/x"])).name)
+        assert missing.error.code == grpc.StatusCode.NOT_FOUND.value[0]
+        assert "s3://no-such-bucket/x" in missing.error.message
