@@ -44,6 +44,7 @@ from retrieval_service.core.knowledge_bases import KnowledgeBases
 from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.metrics import TELEMETRY
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.errors import ConfigurationError
@@ -391,6 +392,7 @@ def retrieval_server(
         add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
             app.servicer, s
         ),
+        policies=RETRIEVAL_POLICIES,
     )
 
 
