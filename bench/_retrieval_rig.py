@@ -35,6 +35,7 @@ from retrieval_service.core.errors import StoreUnavailable
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.serve import GrpcServer
@@ -313,6 +314,7 @@ async def serve_modes(
                 port=0,
                 service_names=[SERVICE_NAME],
                 add_servicers=partial(_add_servicer, servicer),
+                policies=RETRIEVAL_POLICIES,
             )
             port = await server.start()
             servers.append(server)

@@ -14,6 +14,7 @@ from orchestrator_service.metrics import InstrumentedModelClient
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.orchestrator import Orchestrator
+from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from orchestrator_service.retrieval_client import RetrievalClient
 from orchestrator_service.server import add_servicer
 from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
@@ -66,6 +67,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         port_setting="ORCHESTRATOR_PORT",
         service_names=[SERVICE_NAME],
         add_servicers=add_servicer(core),
+        policies=ORCHESTRATOR_POLICIES,
         reuse_port=settings.worker_count > 1,
     )
     return App(server=server, core=core, model=model, retrieval=retrieval)

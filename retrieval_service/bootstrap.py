@@ -49,6 +49,7 @@ from retrieval_service.core.ports import Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.imports import Imports
 from retrieval_service.metrics import IMPORT_DOCUMENTS, TELEMETRY, record_operation_states
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
 from shared.errors import ConfigurationError
@@ -418,6 +419,7 @@ def retrieval_server(
         port_setting="RETRIEVAL_PORT",
         service_names=[SERVICE_NAME, OPERATIONS_SERVICE],
         add_servicers=lambda s: add_servicers(app, s),
+        policies=RETRIEVAL_POLICIES,
     )
 
 

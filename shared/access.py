@@ -1,7 +1,8 @@
-"""Who a call comes from and what it may do (docs/api.md#api-keys): roles, the permission each
-RPC needs, the knowledge bases a key may use and the documents it may see. Pure: the keys file
-(shared.keys) makes principals, the auth interceptor (shared.auth) sets the one of the call being
-served, and servicers ask it before they touch a knowledge base.
+"""Who a call comes from and what it may do (docs/api.md#api-keys): roles and their permissions,
+the knowledge bases a key may use and the documents it may see (the permission each RPC needs is
+its service's policy table, shared.policy). Pure: the keys file (shared.keys) makes principals,
+the auth interceptor (shared.auth) sets the one of the call being served, and servicers ask it
+before they touch a knowledge base.
 
 A document is visible to a principal when its metadata has no `acl` (ACL_KEY) or the `acl`
 shares a group with the principal's groups. The principal of AUTH_TOKEN, and of a server with
@@ -52,70 +53,6 @@ ROLE_PERMISSIONS: Final[Mapping[Role, frozenset[Permission]]] = {
     Role.ADMIN: frozenset({Permission.READ, Permission.WRITE, Permission.MANAGE}),
 }
 
-_RETRIEVAL = "/supermew.v1.RetrievalService/"
-_ORCHESTRATOR = "/supermew.v1.OrchestratorService/"
-#: google.longrunning.Operations: which knowledge base an operation acts on is read from the
-#: operation itself, so the servicer checks it (shared.operations); the role check is here.
-_OPERATIONS = "/google.longrunning.Operations/"
-
-#: The permission each RPC needs (the roles table of docs/api.md#api-keys). A method missing
-#: here is refused to every key: a new RPC is closed until it is given a row.
-METHOD_PERMISSIONS: Final[Mapping[str, Permission]] = {
-    _RETRIEVAL + "Retrieve": Permission.READ,
-    _RETRIEVAL + "ListDocuments": Permission.READ,
-    _RETRIEVAL + "GetKnowledgeBase": Permission.READ,
-    _RETRIEVAL + "ListKnowledgeBases": Permission.READ,
-    _RETRIEVAL + "IngestDocuments": Permission.WRITE,
-    _RETRIEVAL + "StreamIngestDocuments": Permission.WRITE,
-    _RETRIEVAL + "DeleteDocuments": Permission.WRITE,
-    _RETRIEVAL + "ImportDocuments": Permission.WRITE,
-    _OPERATIONS + "GetOperation": Permission.READ,
-    _OPERATIONS + "ListOperations": Permission.READ,
-    _OPERATIONS + "WaitOperation": Permission.READ,
-    _OPERATIONS + "CancelOperation": Permission.WRITE,
-    _OPERATIONS + "DeleteOperation": Permission.WRITE,
-    _RETRIEVAL + "CreateKnowledgeBase": Permission.MANAGE,
-    _RETRIEVAL + "UpdateKnowledgeBase": Permission.MANAGE,
-    _RETRIEVAL + "DeleteKnowledgeBase": Permission.MANAGE,
-    _ORCHESTRATOR + "Run": Permission.READ,
-    _ORCHESTRATOR + "StreamRun": Permission.READ,
-    _ORCHESTRATOR + "Resume": Permission.READ,
-    _ORCHESTRATOR + "StreamResume": Permission.READ,
-}
-
-
-#: Where each RPC's request names its knowledge bases (a dotted field path), for messages and
-#: logs; a request naming none means the default.
-KNOWLEDGE_BASE_FIELDS: Final[Mapping[str, str]] = {
-    _RETRIEVAL + "Retrieve": "knowledge_bases",
-    _RETRIEVAL + "ListDocuments": "knowledge_base",
-    _RETRIEVAL + "GetKnowledgeBase": "name",
-    _RETRIEVAL + "IngestDocuments": "knowledge_base",
-    _RETRIEVAL + "StreamIngestDocuments": "knowledge_base",
-    _RETRIEVAL + "DeleteDocuments": "knowledge_base",
-    _RETRIEVAL + "ImportDocuments": "knowledge_base",
-    _RETRIEVAL + "CreateKnowledgeBase": "knowledge_base_id",
-    _RETRIEVAL + "UpdateKnowledgeBase": "knowledge_base.name",
-    _RETRIEVAL + "DeleteKnowledgeBase": "name",
-    _ORCHESTRATOR + "Run": "knowledge_bases",
-    _ORCHESTRATOR + "StreamRun": "knowledge_bases",
-    _ORCHESTRATOR + "Resume": "knowledge_bases",
-    _ORCHESTRATOR + "StreamResume": "knowledge_bases",
-}
-
-
-def knowledge_bases_named(method: str, request: Any) -> list[str]:
-    """The ids of the knowledge bases `request` of RPC `method` names (the default when it
-    names none); [] for an RPC about no one knowledge base (ListKnowledgeBases)."""
-    path = KNOWLEDGE_BASE_FIELDS.get(method)
-    if path is None:
-        return []
-    value = request
-    for part in path.split("."):
-        value = getattr(value, part, "")
-    names = [value] if isinstance(value, str) else [str(v) for v in value]
-    return list(dict.fromkeys(kb_id_named(n) for n in names if n)) or [DEFAULT_KB_ID]
-
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -142,10 +79,12 @@ class Principal:
                 f'permission "{permission}" on knowledge base "{kb_id}" is not granted to this key'
             )
 
-    def require_method(self, method: str, kb_ids: Sequence[str] = ()) -> None:
-        """PERMISSION_DENIED unless the role allows the RPC `method` (`/pkg.Service/Name`),
+    def require_method(
+        self, method: str, permission: Permission | None, kb_ids: Sequence[str] = ()
+    ) -> None:
+        """PERMISSION_DENIED unless the role holds `permission`, the one the RPC `method`
+        (`/pkg.Service/Name`) needs (None: the RPC has no policy row, refused to every role),
         naming the permission and the knowledge bases the request names (`kb_ids`)."""
-        permission = METHOD_PERMISSIONS.get(method)
         if permission is not None and self.has(permission):
             return
         needed = f'permission "{permission}"' if permission else f"a permission for {method}"

@@ -4,7 +4,9 @@ documents it wrote, deleted or returned, on its own stream (AUDIT_LOG), apart fr
 service log. Never a key, a token or an authorization header; the question or query text only
 with AUDIT_LOG_QUERIES=true. Health and reflection calls are not audited.
 
-What a line reads from each RPC's request and responses is one table, AUDIT_ROWS."""
+What a line reads from each RPC's request and responses is the `audit` part of that RPC's row in
+the server's policy table (shared.policy; the rows live with each service). An RPC without a row
+is still audited, with its key, peer, RPC and code only."""
 
 from __future__ import annotations
 
@@ -13,16 +15,16 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 import grpc
 
-from shared.access import current_principal, knowledge_bases_named
+from shared.access import current_principal
 from shared.errors import ConfigurationError
 from shared.logs import REQUEST_ID
 from shared.observability import Continuation, final_code, produced_items, rewrap
+from shared.policy import AuditRow, RpcPolicies, RpcPolicy, knowledge_bases_named
 from shared.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -31,65 +33,7 @@ log = logging.getLogger(__name__)
 STDOUT: Final = "stdout"
 #: Health and reflection (every `grpc.*` service) are not audited.
 UNAUDITED_PREFIX: Final = "/grpc."
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRow:
-    """Where one RPC's audited fields are, as dotted paths into its request (`filter`,
-    `question`, `deleted`) or into each message it answers (`written`, `returned`); its
-    knowledge bases are where `shared.access.KNOWLEDGE_BASE_FIELDS` says.
-    A path step over a repeated field reads every element. None: the RPC has no such field."""
-
-    filter: str | None = None
-    question: str | None = None
-    deleted: tuple[str, ...] = ()
-    written: str | None = None
-    returned: str | None = None
-
-
-_RETRIEVAL = "/supermew.v1.RetrievalService/"
-_ORCHESTRATOR = "/supermew.v1.OrchestratorService/"
-#: Per RPC (its full gRPC method name), what its audit line reads (docs/api.md#audit-log). A
-#: method missing here is still audited, with its key, peer, RPC and code only.
-AUDIT_ROWS: Final[Mapping[str, AuditRow]] = {
-    _RETRIEVAL + "Retrieve": AuditRow(
-        filter="filter",
-        question="query",
-        returned="docs.document_id",
-    ),
-    _RETRIEVAL + "IngestDocuments": AuditRow(written="documents.document_id"),
-    _RETRIEVAL + "StreamIngestDocuments": AuditRow(written="result.documents.document_id"),
-    # The response counts chunks only: the ids are the ones the request named.
-    _RETRIEVAL + "DeleteDocuments": AuditRow(deleted=("document_ids", "filenames")),
-    _RETRIEVAL + "ListDocuments": AuditRow(returned="documents.document_id"),
-    # The documents are read later, by the job: its operation's name is what the call returned.
-    _RETRIEVAL + "ImportDocuments": AuditRow(),
-    _RETRIEVAL + "CreateKnowledgeBase": AuditRow(),
-    _RETRIEVAL + "GetKnowledgeBase": AuditRow(),
-    _RETRIEVAL + "ListKnowledgeBases": AuditRow(),
-    _RETRIEVAL + "UpdateKnowledgeBase": AuditRow(),
-    _RETRIEVAL + "DeleteKnowledgeBase": AuditRow(),
-    _ORCHESTRATOR + "Run": AuditRow(
-        filter="filter",
-        question="question",
-        returned="docs.document_id",
-    ),
-    _ORCHESTRATOR + "StreamRun": AuditRow(
-        filter="filter",
-        question="question",
-        returned="result.docs.document_id",
-    ),
-    _ORCHESTRATOR + "Resume": AuditRow(
-        filter="filter",
-        question="user_answer",
-        returned="docs.document_id",
-    ),
-    _ORCHESTRATOR + "StreamResume": AuditRow(
-        filter="filter",
-        question="user_answer",
-        returned="result.docs.document_id",
-    ),
-}
+#: What the line of an RPC without a row reads: the common fields only.
 _NO_FIELDS: Final = AuditRow()
 
 
@@ -132,13 +76,15 @@ class CallAudit:
     """The audit of one RPC, pure: made from the request, fed every message the call answers,
     and turned into one line's fields by `entry` when the call has ended."""
 
-    __slots__ = ("_returned", "_written", "method", "peer", "request", "row")
+    __slots__ = ("_returned", "_written", "method", "peer", "policy", "request", "row")
 
-    def __init__(self, method: str, request: Any, peer: str) -> None:
+    def __init__(self, method: str, request: Any, peer: str, policy: RpcPolicy | None) -> None:
+        """`policy`: the RPC's row in the server's table; None when it has none."""
         self.method = method
         self.request = request
         self.peer = peer
-        self.row = AUDIT_ROWS.get(method, _NO_FIELDS)
+        self.policy = policy
+        self.row = policy.audit if policy is not None else _NO_FIELDS
         self._written: list[Any] = []
         self._returned: list[Any] = []
 
@@ -152,7 +98,7 @@ class CallAudit:
     def knowledge_bases(self) -> list[str]:
         """Bare ids of what the request names (`knowledge_bases/x` → `x`); the default one
         when it names none; none for an RPC without a knowledge-base field."""
-        return knowledge_bases_named(self.method, self.request)
+        return knowledge_bases_named(self.policy, self.request)
 
     def entry(
         self,
@@ -239,10 +185,14 @@ class AuditLog:
 class AuditInterceptor(grpc.aio.ServerInterceptor):
     """Writes each call's audit line when it ends. It sits inside the observability
     interceptor (the request id is set) and outside auth (it sees refused calls too, and the
-    principal auth set in the call's task once the inner behaviour has returned)."""
+    principal auth set in the call's task once the inner behaviour has returned). Each line
+    reads what the call's row in `policies` says."""
 
-    def __init__(self, sink: AuditLog, *, with_question: bool = False) -> None:
+    def __init__(
+        self, sink: AuditLog, policies: RpcPolicies, *, with_question: bool = False
+    ) -> None:
         self.sink = sink
+        self.policies = policies
         self.with_question = with_question
 
     def _finish(
@@ -268,7 +218,8 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):
         # The peer is read while the call is live (see shared.observability._Call).
         left = context.time_remaining()
         deadline = None if left is None else time.monotonic() + left
-        return CallAudit(method, request, context.peer() or ""), deadline
+        audit = CallAudit(method, request, context.peer() or "", self.policies.get(method))
+        return audit, deadline
 
     def _single(self, method: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def wrap(behavior: Callable[..., Any]) -> Callable[..., Any]:
@@ -316,10 +267,12 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):
         return rewrap(handler, self._single(method), self._streaming(method))
 
 
-def audit_interceptors(settings: ServerSettings) -> list[grpc.aio.ServerInterceptor]:
-    """The audit interceptor when AUDIT_LOG is set, else none. ConfigurationError naming
-    AUDIT_LOG when its file cannot be opened."""
+def audit_interceptors(
+    settings: ServerSettings, policies: RpcPolicies
+) -> list[grpc.aio.ServerInterceptor]:
+    """The audit interceptor reading `policies` when AUDIT_LOG is set, else none.
+    ConfigurationError naming AUDIT_LOG when its file cannot be opened."""
     if not settings.audit_log:
         return []
     sink = AuditLog(settings.audit_log)
-    return [AuditInterceptor(sink, with_question=settings.audit_log_queries)]
+    return [AuditInterceptor(sink, policies, with_question=settings.audit_log_queries)]

@@ -8,7 +8,9 @@ charged to its quota, and its role checked against the RPC, in that order:
   `grpc-status-details-bin` trailer, shared.error_details), counted in
   `supermew_rate_limited_total{key_id}`;
 - a role without the RPC's permission → PERMISSION_DENIED naming the permission and the
-  knowledge bases the request names, with the ErrorInfo of a PermissionDenied.
+  knowledge bases the request names, with the ErrorInfo of a PermissionDenied. The permission
+  and where the request names its knowledge bases are the RPC's row in the table the server
+  was given (shared.policy); an RPC without a row is refused to every key.
 
 Knowledge bases and documents are checked by the servicers, which know what a request names;
 they read the caller from `shared.access.current_principal()`, set here inside the call's own
@@ -28,11 +30,12 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from prometheus_client import CollectorRegistry, Counter
 
-from shared.access import Principal, knowledge_bases_named, set_current_principal
+from shared.access import Principal, set_current_principal
 from shared.error_details import QUOTA_SPENT_REASON, abort_with, error_status, rich_status
 from shared.errors import PermissionDenied
 from shared.keys import KeyRing
 from shared.observability import Continuation, rewrap
+from shared.policy import RpcPolicies, require_rpc
 
 #: Health and reflection: open, so probes and `grpcurl list` need no key.
 OPEN_PREFIXES: Final = (
@@ -173,34 +176,37 @@ def caller_key() -> str | None:
     return _CALLER_KEY.get()
 
 
-async def _admitted(
-    principal: Principal, key: str, method: str, request: Any, context: grpc.aio.ServicerContext
-) -> None:
-    """Makes `principal` the call's, then refuses the call unless its role allows `method`
-    (PERMISSION_DENIED naming the permission and the request's knowledge bases)."""
-    set_current_principal(principal)
-    _CALLER_KEY.set(key)
-    try:
-        principal.require_method(method, knowledge_bases_named(method, request))
-    except PermissionDenied as exc:
-        await abort_with(context, error_status(exc, grpc.StatusCode.PERMISSION_DENIED))
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """An authenticated call: who, with which key, calling what, under which table."""
+
+    principal: Principal
+    key: str
+    method: str
+    policies: RpcPolicies
+
+    async def admit(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        """Makes the principal the call's, then refuses the call unless its role allows the
+        method (PERMISSION_DENIED naming the permission and the request's knowledge bases)."""
+        set_current_principal(self.principal)
+        _CALLER_KEY.set(self.key)
+        try:
+            require_rpc(self.principal, self.policies, self.method, request)
+        except PermissionDenied as exc:
+            await abort_with(context, error_status(exc, grpc.StatusCode.PERMISSION_DENIED))
 
 
-def _as(
-    principal: Principal, key: str, method: str, behavior: Callable[..., Awaitable[Any]]
-) -> Callable[..., Any]:
+def _as(caller: _Caller, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _admitted(principal, key, method, request, context)
+        await caller.admit(request, context)
         return await behavior(request, context)
 
     return call
 
 
-def _as_stream(
-    principal: Principal, key: str, method: str, behavior: Callable[..., Any]
-) -> Callable[..., Any]:
+def _as_stream(caller: _Caller, behavior: Callable[..., Any]) -> Callable[..., Any]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await _admitted(principal, key, method, request, context)
+        await caller.admit(request, context)
         async for item in behavior(request, context):
             yield item
 
@@ -208,10 +214,18 @@ def _as_stream(
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Authentication, quota and role (the module docstring), one decision per call."""
+    """Authentication, quota and role (the module docstring), one decision per call; the
+    role is checked against the RPC's row in `policies`."""
 
-    def __init__(self, ring: KeyRing, registry: CollectorRegistry, quotas: Quotas | None = None):
+    def __init__(
+        self,
+        ring: KeyRing,
+        registry: CollectorRegistry,
+        policies: RpcPolicies,
+        quotas: Quotas | None = None,
+    ):
         self.ring = ring
+        self.policies = policies
         self.quotas = quotas or Quotas()
         self._rate_limited = _counter_for(registry)
 
@@ -238,10 +252,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         decision = self.decide(method, key)
         if isinstance(decision, _Refusal):
             return _refusing(handler, decision)
-        principal = decision
         assert key is not None  # a principal comes only from a key
+        caller = _Caller(decision, key, method, self.policies)
         return rewrap(
             handler,
-            lambda behavior: _as(principal, key, method, behavior),
-            lambda behavior: _as_stream(principal, key, method, behavior),
+            lambda behavior: _as(caller, behavior),
+            lambda behavior: _as_stream(caller, behavior),
         )

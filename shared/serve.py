@@ -1,6 +1,7 @@
 """The gRPC runtime both services share: a `grpc.aio` server with health and reflection, one
 interceptor mapping domain errors to status codes and their typed details
-(docs/api.md#status-codes, #error-details), optional API-key auth (shared.auth), TLS or mTLS
+(docs/api.md#status-codes, #error-details), optional API-key auth (shared.auth) and audit log
+(shared.audit) reading the service's own policy table (shared.policy), TLS or mTLS
 with certificates reloaded on change (shared.tls), and graceful shutdown (SIGTERM/SIGINT →
 NOT_SERVING → drain → stop)."""
 
@@ -43,6 +44,7 @@ from shared.observability import (
     produced_items,
     rewrap,
 )
+from shared.policy import RpcPolicies
 from shared.settings import ServerSettings
 from shared.tls import server_credentials
 from shared.tracing import server_interceptors
@@ -267,9 +269,11 @@ def _add_reflection(service_names: Sequence[str], server: grpc.aio.Server) -> No
 
 class GrpcServer:
     """One service's server: its servicers plus health (`""` and the service's full name) and
-    reflection, behind the error-mapping and (optional) auth interceptors. `reuse_port` lets
-    worker processes listen on the same port (and HEALTH_PORT), the kernel spreading
-    connections among them; each reports its own health."""
+    reflection, behind the error-mapping and (optional) auth interceptors. `policies` is the
+    service's own table of what each RPC it serves needs and audits (shared.policy): required,
+    so a server cannot be built without one; an RPC it lacks is refused to every key.
+    `reuse_port` lets worker processes listen on the same port (and HEALTH_PORT), the kernel
+    spreading connections among them; each reports its own health."""
 
     def __init__(
         self,
@@ -278,10 +282,12 @@ class GrpcServer:
         port: int,
         service_names: Sequence[str],
         add_servicers: Callable[[grpc.aio.Server], None],
+        policies: RpcPolicies,
         port_setting: str = "the port",
         reuse_port: bool = False,
     ) -> None:
         self._settings = settings
+        self._policies = policies
         self._reuse_port = reuse_port
         self._requested_port = port
         self._port_setting = port_setting
@@ -295,7 +301,9 @@ class GrpcServer:
         self.limiter = ConcurrencyLimitInterceptor(settings.max_concurrent_rpcs)
         # Built here, not in start(): a broken AUTH_KEYS_FILE fails before anything listens.
         self.auth = (
-            AuthInterceptor(KeyRing(settings.auth_keys_file, settings.auth_token), registry)
+            AuthInterceptor(
+                KeyRing(settings.auth_keys_file, settings.auth_token), registry, policies
+            )
             if settings.auth_on
             else None
         )
@@ -314,7 +322,7 @@ class GrpcServer:
         interceptors: list[grpc.aio.ServerInterceptor] = [
             *server_interceptors(),
             *self.observability.interceptors(),
-            *audit_interceptors(self._settings),
+            *audit_interceptors(self._settings, self._policies),
         ]
         if self.auth is not None:
             interceptors.append(self.auth)

@@ -14,7 +14,9 @@ import pytest
 import pytest_asyncio
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc
 
+from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from orchestrator_service.settings import SERVICE_NAME as ORCHESTRATOR
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.settings import SERVICE_NAME as RETRIEVAL
 from shared.serve import GrpcServer
 from shared.settings import ServerSettings
@@ -54,7 +56,11 @@ async def recorder() -> AsyncIterator[tuple[Recorder, int]]:
         orchestrator_pb2_grpc.add_OrchestratorServiceServicer_to_server(servicer, server)
 
     server = GrpcServer(
-        ServerSettings(), port=0, service_names=[RETRIEVAL, ORCHESTRATOR], add_servicers=add
+        ServerSettings(),
+        port=0,
+        service_names=[RETRIEVAL, ORCHESTRATOR],
+        add_servicers=add,
+        policies={**RETRIEVAL_POLICIES, **ORCHESTRATOR_POLICIES},
     )
     port = await server.start()
     yield servicer, port

@@ -15,6 +15,7 @@ import pytest
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from orchestrator_service.retrieval_client import RetrievalClient
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.settings import SERVICE_NAME
 from shared.auth import QUOTA_SPENT
 from shared.error_details import ErrorDetails, abort_with, read_details, rich_status
@@ -108,6 +109,7 @@ async def _serve(token: str | None = None, keys_file: str | None = None) -> Grpc
         port=0,
         service_names=[SERVICE_NAME],
         add_servicers=add,
+        policies=RETRIEVAL_POLICIES,
     )
     await server.start()
     return server

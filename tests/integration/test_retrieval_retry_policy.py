@@ -12,6 +12,7 @@ import pytest
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from orchestrator_service.retrieval_client import RETRY_SERVICE_CONFIG, RetrievalClient
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.settings import SERVICE_NAME
 from shared.errors import DeadlineExceeded, DependencyUnavailable
 from shared.serve import GrpcServer
@@ -47,7 +48,11 @@ async def serve_flaky():
             retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(servicer, server)
 
         server = GrpcServer(
-            ServerSettings(), port=0, service_names=[SERVICE_NAME], add_servicers=add
+            ServerSettings(),
+            port=0,
+            service_names=[SERVICE_NAME],
+            add_servicers=add,
+            policies=RETRIEVAL_POLICIES,
         )
         port = await server.start()
         servers.append(server)

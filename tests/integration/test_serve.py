@@ -16,7 +16,9 @@ from supermew.v1 import (
     retrieval_pb2_grpc,
 )
 
+from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from orchestrator_service.settings import SERVICE_NAME as ORCHESTRATOR
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.settings import SERVICE_NAME as RETRIEVAL
 from shared.error_details import ErrorDetails, read_details
 from shared.errors import (
@@ -90,7 +92,11 @@ async def _start(token: str | None = None, grace: float = 5.0):
         orchestrator_pb2_grpc.add_OrchestratorServiceServicer_to_server(StreamingProbe(), server)
 
     server = GrpcServer(
-        settings, port=0, service_names=[RETRIEVAL, ORCHESTRATOR], add_servicers=add
+        settings,
+        port=0,
+        service_names=[RETRIEVAL, ORCHESTRATOR],
+        add_servicers=add,
+        policies={**RETRIEVAL_POLICIES, **ORCHESTRATOR_POLICIES},
     )
     await server.start()
     return server, probe

@@ -334,7 +334,11 @@ async def test_a_tls_mismatch_from_the_clis_says_which_setting_to_use(mtls: Mtls
 
     # The reverse: TLS flags against a plaintext port.
     plain = GrpcServer(
-        ServerSettings(_env_file=None), port=0, service_names=["x.Plain"], add_servicers=print
+        ServerSettings(_env_file=None),
+        port=0,
+        service_names=["x.Plain"],
+        add_servicers=print,
+        policies={},
     )
     port = await plain.start()
     try:

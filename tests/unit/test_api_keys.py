@@ -10,24 +10,24 @@ import os
 from pathlib import Path
 
 import pytest
-from google.longrunning import operations_proto_pb2 as operations_pb2
 from supermew.v1 import orchestrator_pb2, retrieval_pb2
 
+from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from retrieval_service.adapters.milvus.filters import acl_column, acl_expr
 from retrieval_service.core.identity import check_metadata
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from shared.access import (
-    METHOD_PERMISSIONS,
     UNRESTRICTED,
     Permission,
     Principal,
     Role,
     document_visible,
     kb_id_named,
-    knowledge_bases_named,
 )
 from shared.auth import Quotas, bearer_key
 from shared.errors import ConfigurationError, InvalidArgument, PermissionDenied
 from shared.keys import AUTH_TOKEN_KEY_ID, KeyRing, parse_keys
+from shared.policy import knowledge_bases_named, require_rpc
 
 
 def sha(key: str) -> str:
@@ -59,19 +59,15 @@ def test_roles_table(role: Role, permission: Permission, allowed: bool) -> None:
     assert principal(role, "*").has(permission) is allowed
 
 
-def test_every_rpc_of_both_services_needs_a_named_permission() -> None:
-    services = [
-        retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"],
-        orchestrator_pb2.DESCRIPTOR.services_by_name["OrchestratorService"],
-        operations_pb2.DESCRIPTOR.services_by_name["Operations"],
-    ]
-    methods = {f"/{s.full_name}/{m.name}" for s in services for m in s.methods}
-    assert methods == set(METHOD_PERMISSIONS)
+# Every RPC of each service has a row, with its permission: tests/unit/test_rpc_policies.py.
 
 
 def test_a_method_without_a_row_is_refused_to_every_role() -> None:
+    future = "/supermew.v1.RetrievalService/Future"
     with pytest.raises(PermissionDenied):
-        principal(Role.ADMIN, "*").require_method("/supermew.v1.RetrievalService/Future")
+        require_rpc(
+            principal(Role.ADMIN, "*"), RETRIEVAL_POLICIES, future, retrieval_pb2.RetrieveRequest()
+        )
 
 
 def test_permission_denied_names_the_permission_and_knowledge_base_not_the_key() -> None:
@@ -89,11 +85,17 @@ def test_a_role_without_the_rpcs_permission_is_told_which_and_where() -> None:
     reader = principal(Role.READER, "*")
     delete_kb = "/supermew.v1.RetrievalService/DeleteKnowledgeBase"
     with pytest.raises(PermissionDenied) as denied:
-        reader.require_method(delete_kb, ["team-a"])
+        require_rpc(
+            reader,
+            RETRIEVAL_POLICIES,
+            delete_kb,
+            retrieval_pb2.DeleteKnowledgeBaseRequest(name="knowledge_bases/team-a"),
+        )
     assert denied.value.message == (
         'permission "manage" on knowledge base "team-a" is not granted to this key'
     )
-    reader.require_method("/supermew.v1.OrchestratorService/Run", ["team-a"])
+    run = orchestrator_pb2.RunRequest(question="q", knowledge_bases=["team-a"])
+    require_rpc(reader, ORCHESTRATOR_POLICIES, "/supermew.v1.OrchestratorService/Run", run)
 
 
 @pytest.mark.parametrize(
@@ -126,7 +128,8 @@ def test_a_role_without_the_rpcs_permission_is_told_which_and_where() -> None:
     ],
 )
 def test_knowledge_bases_named(method: str, request_: object, named: list[str]) -> None:
-    assert knowledge_bases_named(f"/supermew.v1.RetrievalService/{method}", request_) == named
+    policy = RETRIEVAL_POLICIES[f"/supermew.v1.RetrievalService/{method}"]
+    assert knowledge_bases_named(policy, request_) == named
 
 
 def test_star_means_every_knowledge_base() -> None:

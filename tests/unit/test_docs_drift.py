@@ -12,9 +12,12 @@ import grpc
 import pytest
 from pydantic_settings import BaseSettings
 
+from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from orchestrator_service.retrieval_client import DOWNSTREAM_ERRORS, CallLimit, translate
 from orchestrator_service.settings import OrchestratorSettings
+from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.settings import RetrievalSettings
+from shared.access import Permission
 from shared.error_details import ERROR_REASONS, QUOTA_SPENT_REASON
 from shared.errors import InvalidArgument
 from shared.serve import STATUS_FOR_ERROR, status_code_for
@@ -106,6 +109,18 @@ def test_route_table_covers_every_route_and_status() -> None:
     assert [_name(r["route"]) for r in rows] == list(ROUTE_VALUES)
     statuses = {s for r in rows for s in _ticks(r["retrieval_status"])}
     assert statuses == set(RETRIEVAL_STATUS_VALUES)
+
+
+def test_roles_table_matches_the_services_policy_tables() -> None:
+    # Each role's row lists the RPCs its newest permission opens (a writer: "a reader's RPCs
+    # and …"), from both services' tables.
+    rows = {r["role"].strip("`"): set(_ticks(r["may call"])) for r in _table("api.md", "API keys")}
+    newest = {"reader": Permission.READ, "writer": Permission.WRITE, "admin": Permission.MANAGE}
+    policies = {**RETRIEVAL_POLICIES, **ORCHESTRATOR_POLICIES}
+    assert rows == {
+        role: {m.rsplit("/", 1)[1] for m, p in policies.items() if p.permission == permission}
+        for role, permission in newest.items()
+    }
 
 
 def test_domain_error_table_matches_serve() -> None:

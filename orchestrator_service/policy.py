@@ -1,0 +1,43 @@
+"""What each RPC the orchestrator serves needs and records (docs/api.md#api-keys,
+#audit-log): the permission a key's role needs, the request field naming its knowledge bases,
+and what its audit line reads. Handed to its GrpcServer by the composition root (bootstrap.py).
+
+Health and reflection are open and unaudited (shared.auth, shared.audit): they have no rows. A
+new RPC gets its row here (tests/unit/test_rpc_policies.py holds every RPC of a served service
+to exactly one row)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from orchestrator_service.settings import SERVICE_NAME
+from shared.access import Permission
+from shared.policy import AuditRow, RpcPolicies, RpcPolicy, service_policies
+
+#: supermew.v1.OrchestratorService, by method name. A streamed call's documents are its
+#: result event's.
+_ORCHESTRATOR_SERVICE: Final = {
+    "Run": RpcPolicy(
+        Permission.READ,
+        "knowledge_bases",
+        AuditRow(filter="filter", question="question", returned="docs.document_id"),
+    ),
+    "StreamRun": RpcPolicy(
+        Permission.READ,
+        "knowledge_bases",
+        AuditRow(filter="filter", question="question", returned="result.docs.document_id"),
+    ),
+    "Resume": RpcPolicy(
+        Permission.READ,
+        "knowledge_bases",
+        AuditRow(filter="filter", question="user_answer", returned="docs.document_id"),
+    ),
+    "StreamResume": RpcPolicy(
+        Permission.READ,
+        "knowledge_bases",
+        AuditRow(filter="filter", question="user_answer", returned="result.docs.document_id"),
+    ),
+}
+
+#: Every RPC of the orchestrator server, by full method name.
+ORCHESTRATOR_POLICIES: Final[RpcPolicies] = service_policies(SERVICE_NAME, _ORCHESTRATOR_SERVICE)
