@@ -7,6 +7,7 @@ URLs from a local HTTP server, cancel."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.server
 import json
 import threading
@@ -476,3 +477,76 @@ async def test_a_bucket_on_an_s3_compatible_server(tmp_path: Path, s3: Any) -> N
         missing = await wait(ops, (await start(svc, uris=["s3://no-such-bucket/x"])).name)
         assert missing.error.code == grpc.StatusCode.NOT_FOUND.value[0]
         assert "s3://no-such-bucket/x" in missing.error.message
+
+
+def _key_entry(key_id: str, key: str, role: str, kbs: list[str]) -> dict[str, Any]:
+    return {
+        "id": key_id,
+        "sha256": hashlib.sha256(key.encode()).hexdigest(),
+        "role": role,
+        "knowledge_bases": kbs,
+    }
+
+
+async def test_permissions_follow_the_operations_knowledge_base(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(
+        json.dumps(
+            {
+                "keys": [
+                    _key_entry("admin", "k-admin", "admin", ["*"]),
+                    _key_entry("writer-hr", "k-writer-hr", "writer", ["hr"]),
+                    _key_entry("reader-hr", "k-reader-hr", "reader", ["hr"]),
+                    _key_entry("writer-ops", "k-writer-ops", "writer", ["ops"]),
+                ]
+            }
+        )
+    )
+    root = write_folder(tmp_path / "docs", {"a.md": PARAGRAPH})
+
+    def key(name: str) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {name}"),)
+
+    async with service(tmp_path, import_roots=str(tmp_path), auth_keys_file=str(keys)) as (
+        svc,
+        ops,
+    ):
+        for kb in ("hr", "ops"):
+            await svc.stub.CreateKnowledgeBase(
+                retrieval_pb2.CreateKnowledgeBaseRequest(knowledge_base_id=kb),
+                metadata=key("k-admin"),
+            )
+        request = retrieval_pb2.ImportDocumentsRequest(knowledge_base="hr", uris=[root.as_uri()])
+        with pytest.raises(grpc.aio.AioRpcError) as reader:
+            await svc.stub.ImportDocuments(request, metadata=key("k-reader-hr"))
+        assert reader.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.aio.AioRpcError) as elsewhere:
+            await svc.stub.ImportDocuments(request, metadata=key("k-writer-ops"))
+        assert elsewhere.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        op = await svc.stub.ImportDocuments(request, metadata=key("k-writer-hr"))
+        get = operations_pb2.GetOperationRequest(name=op.name)
+        assert (await ops.GetOperation(get, metadata=key("k-reader-hr"))).name == op.name
+        for refused in (
+            ops.GetOperation(get, metadata=key("k-writer-ops")),
+            ops.CancelOperation(
+                operations_pb2.CancelOperationRequest(name=op.name), metadata=key("k-reader-hr")
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as denied:
+                await refused
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        listed = await ops.ListOperations(
+            operations_pb2.ListOperationsRequest(), metadata=key("k-writer-ops")
+        )
+        assert list(listed.operations) == []
+        listed = await ops.ListOperations(
+            operations_pb2.ListOperationsRequest(), metadata=key("k-reader-hr")
+        )
+        assert [o.name for o in listed.operations] == [op.name]
+        done = await ops.WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=op.name, timeout=duration_pb2.Duration(seconds=60)
+            ),
+            metadata=key("k-reader-hr"),
+        )
+        assert response(done).documents_new == 1
