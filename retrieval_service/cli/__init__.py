@@ -25,9 +25,11 @@ string).
 `sync DIR --kb ID` makes the knowledge base hold exactly DIR's supported files (hidden files
 and folders skipped), each under its path relative to DIR (`/`-separated) as document_id: it
 lists the knowledge base's documents, sends only the files whose SHA-256 or metadata differ
-from the stored ones (an unchanged file is never sent, so never embedded), deletes the
-documents whose files are gone, prints one line per file (added, changed, unchanged, deleted,
-failed) and a summary, and with `--dry-run` only says what it would do.
+from the stored ones (an unchanged file is never sent, so never embedded; a file whose
+metadata alone changed is sent, and the service keeps its chunks and vectors: `changed …:
+metadata only`), deletes the documents whose files are gone, prints one line per file (added,
+changed, unchanged, deleted, failed) and a summary, and with `--dry-run` only says what it
+would do.
 
 Target: `--addr`, else RETRIEVAL_ADDR, else localhost:RETRIEVAL_PORT; `--json` prints the
 outcome as one JSON object (progress stays on stderr). TLS as the orchestrator reaches
