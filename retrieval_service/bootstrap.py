@@ -46,6 +46,7 @@ from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.metrics import TELEMETRY
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from shared.draining import Draining
 from shared.errors import ConfigurationError
 from shared.files import collect_files
 from shared.serve import GrpcServer, serve
@@ -142,6 +143,9 @@ class RetrievalApp:
     ingestor: Ingestor
     servicer: RetrievalServicer
     knowledge_bases: KnowledgeBases
+    #: The shutdown's drain: the ingestor's writes (and any background job) run as its jobs;
+    #: the gRPC server (`retrieval_server`) drives it on SIGTERM.
+    draining: Draining
 
     @property
     def sole_writer(self) -> bool:
@@ -226,6 +230,7 @@ async def create_app(
         require=knowledge_bases.require,
         telemetry=TELEMETRY,
     )
+    draining = Draining()
     ingestor = Ingestor(
         chunks,
         registry,
@@ -244,6 +249,7 @@ async def create_app(
         require=knowledge_bases.require,
         lease_seconds=settings.ingest_lease_seconds,
         telemetry=TELEMETRY,
+        draining=draining,
     )
     servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases)
     app = RetrievalApp(
@@ -258,6 +264,7 @@ async def create_app(
         ingestor,
         servicer,
         knowledge_bases,
+        draining,
     )
     try:
         await knowledge_bases.ensure_default()
@@ -391,6 +398,7 @@ def retrieval_server(
         add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
             app.servicer, s
         ),
+        draining=app.draining,
     )
 
 
