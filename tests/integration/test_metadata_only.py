@@ -3,7 +3,9 @@ StreamIngestDocuments (beside a new document that does embed) and through the CL
 an edited sidecar, the document's chunks are copied with their vectors into a new version
 carrying the new metadata — nothing of it is embedded (the embedder's count), the vectors
 are the stored ones, and a filter by the new metadata finds it while one by the old does
-not; rows per level equal the registry's counts afterwards."""
+not; rows per level equal the registry's counts afterwards. A real `python -m
+retrieval_service` killed at each step of the copy leaves, after a restart, the old metadata
+or the new on every row, never a mix."""
 
 from __future__ import annotations
 
@@ -11,13 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 from google.protobuf import json_format
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.core.documents import LEVELS
+from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.fakes.hashing_embedder import HashingEmbedder
+from tests.integration import test_retrieval_crash_safety as crash
 from tests.integration.retrieval_harness import Service, running_service
 from tests.integration.test_retrieval_cli import _cli
 
@@ -166,3 +171,75 @@ async def test_sync_of_an_edited_sidecar_changes_metadata_only(tmp_path: Path) -
     assert files["bees.md"]["action"] == "unchanged"
     assert embedder.passages == embedded  # nothing embedded again
     assert by_new == {"sea.md"} and by_old == set()
+
+
+# ---- killed while the metadata changes ---------------------------------------------------
+
+#: The steps a copy passes (it writes no row before the intent, all in one piece per level).
+COPY_POINTS = ["after_intent", "during_level_3", "during_level_1", "before_commit", "after_commit"]
+
+
+@pytest.mark.parametrize("point", COPY_POINTS)
+async def test_a_process_killed_mid_copy_leaves_the_old_metadata_or_the_new(
+    tmp_path: Path, point: str
+) -> None:
+    server = EmbeddingsServer(crash.DIM).start()
+    try:
+        db = tmp_path / "kb.db"
+        async with crash.restarted(server, str(db), "meta") as svc:
+            await svc.stub.IngestDocuments(
+                retrieval_pb2.IngestDocumentsRequest(
+                    documents=[source("sea.md", SEA, {"team": "a"})]
+                )
+            )
+            before = await rows(svc, "sea.md")
+        seeded = len(server.requests)
+        env = {
+            **crash.embedding_env(server),
+            "MILVUS_URI": str(db),
+            "MILVUS_COLLECTION": "meta",
+            "SUPERMEW_CRASH_AT": point,
+        }
+        process = crash.ServiceProcess(tmp_path / "service.log", env)
+        try:
+            with pytest.raises(grpc.RpcError):
+                process.stub.IngestDocuments(
+                    retrieval_pb2.IngestDocumentsRequest(
+                        documents=[source("sea.md", SEA, {"team": "b"})]
+                    ),
+                    timeout=60,
+                )
+            assert process.wait_crashed() == 137
+        finally:
+            process.stop()
+        # What the killed process asked the embedder: never a passage of the document.
+        asked = json.dumps(server.requests[seeded:])
+        async with crash.restarted(server, str(db), "meta") as svc:
+            after = await rows(svc, "sea.md")
+            (doc,) = (await svc.stub.ListDocuments(retrieval_pb2.ListDocumentsRequest())).documents
+            teams = {t: await found_by_default(svc, f'metadata.team = "{t}"') for t in "ab"}
+            counts = await svc.counts()
+    finally:
+        server.stop()
+
+    team = json_format.MessageToDict(doc.metadata)["team"]
+    assert team == ("b" if point == "after_commit" else "a")
+    assert teams == {team: {"sea.md"}, ("b" if team == "a" else "a"): set()}
+    assert counts == (doc.l1_chunks, doc.l2_chunks, doc.l3_chunks)
+    for lvl in LEVELS:
+        assert set(after[lvl]) == set(before[lvl])
+        assert len({r["version"] for r in after[lvl].values()}) == 1
+        assert all(r["metadata"] == {"team": team} for r in after[lvl].values())
+        for chunk_id, row in after[lvl].items():
+            assert np.array_equal(
+                np.asarray(row["dense"], dtype=np.float32),
+                np.asarray(before[lvl][chunk_id]["dense"], dtype=np.float32),
+            )
+    assert "lighthouse" not in asked
+
+
+async def found_by_default(svc: Service, expr: str) -> set[str]:
+    reply = await svc.stub.Retrieve(
+        retrieval_pb2.RetrieveRequest(query="lighthouse keeper seagulls", filter=expr)
+    )
+    return {d.document_id for d in reply.docs}
