@@ -62,6 +62,10 @@ class Draining:
         if self._stop.is_set():
             raise ShuttingDown()
 
+    def request_stop(self) -> None:
+        """Asks every job to stop at its next safe point (the grace is over)."""
+        self._stop.set()
+
     async def stopped(self) -> None:
         """Returns when the stop is requested (to wait on beside the job's own work)."""
         await self._stop.wait()
@@ -74,7 +78,7 @@ class Draining:
         if await self._idle_within(grace):
             return True
         log.warning("the grace ended with %s still running; stopping them", self.in_flight)
-        self._stop.set()
+        self.request_stop()
         if await self._idle_within(margin):
             return True
         log.error("%s did not stop within %.1fs after the grace", self.in_flight, margin)
