@@ -255,6 +255,9 @@ class OneSidedRecall:
     async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None:
         await self._chunks.write_chunks(level, chunks)
 
+    async def copy_rows(self, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
+        return await self._chunks.copy_rows(level, source, target)
+
     async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
         return await self._chunks.delete_rows(level, pks)
 

@@ -52,6 +52,7 @@ from retrieval_service.metrics import IMPORT_DOCUMENTS, TELEMETRY, record_operat
 from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from shared.draining import Draining
 from shared.errors import ConfigurationError
 from shared.files import collect_files
 from shared.operations import OPERATIONS_SERVICE, Operations, OperationsServicer
@@ -149,6 +150,9 @@ class RetrievalApp:
     ingestor: Ingestor
     servicer: RetrievalServicer
     knowledge_bases: KnowledgeBases
+    #: The shutdown's drain: the ingestor's writes and the import jobs run as its jobs; the
+    #: gRPC server (`retrieval_server`) drives it on SIGTERM.
+    draining: Draining
     imports: Imports
     operations: Operations
 
@@ -236,6 +240,7 @@ async def create_app(
         require=knowledge_bases.require,
         telemetry=TELEMETRY,
     )
+    draining = Draining()
     ingestor = Ingestor(
         chunks,
         registry,
@@ -254,6 +259,7 @@ async def create_app(
         require=knowledge_bases.require,
         lease_seconds=settings.ingest_lease_seconds,
         telemetry=TELEMETRY,
+        draining=draining,
     )
     operations = SqlOperationStore(db)
     imports = Imports(
@@ -271,6 +277,7 @@ async def create_app(
         lease_seconds=settings.ingest_lease_seconds,
         on_document=lambda result: IMPORT_DOCUMENTS.labels(result).inc(),
         on_states=record_operation_states,
+        draining=draining,
     )
     servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases, imports)
     app = RetrievalApp(
@@ -285,6 +292,7 @@ async def create_app(
         ingestor,
         servicer,
         knowledge_bases,
+        draining,
         imports,
         Operations(operations),
     )
@@ -420,6 +428,7 @@ def retrieval_server(
         service_names=[SERVICE_NAME, OPERATIONS_SERVICE],
         add_servicers=lambda s: add_servicers(app, s),
         policies=RETRIEVAL_POLICIES,
+        draining=app.draining,
     )
 
 

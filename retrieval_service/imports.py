@@ -43,6 +43,7 @@ from retrieval_service.core.imports.job import (
 from retrieval_service.core.imports.source import check_globs
 from retrieval_service.core.ingest import Ingestor
 from retrieval_service.core.knowledge_bases import KnowledgeBases
+from shared.draining import Draining
 from shared.errors import DomainError, InvalidArgument
 from shared.operations import OperationRecord, OperationState, new_operation_id
 from shared.serve import status_code_for
@@ -207,6 +208,7 @@ class Imports:
         on_document: Callable[[str], None] | None = None,
         on_states: Callable[[Mapping[OperationState, int]], None] | None = None,
         http: httpx.AsyncClient | None = None,
+        draining: Draining | None = None,
     ) -> None:
         self._store = store
         self._knowledge_bases = knowledge_bases
@@ -217,15 +219,23 @@ class Imports:
         self._on_document = on_document
         self._on_states = on_states
         self._http = http or httpx.AsyncClient(follow_redirects=False)
+        # SIGTERM's drain waits for each running job to reach its next checkpoint.
+        self._draining = draining or Draining()
         self._owner = secrets.token_hex(8)
         self._stopping = False
         self._running: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
+    @property
+    def stopping(self) -> bool:
+        """This replica is shutting down: no job is claimed, running ones stop at their next
+        checkpoint and give their lease up."""
+        return self._stopping or self._draining.begun
+
     def ensure_running(self) -> None:
         """Starts the runner unless it runs (at start-up, to resume what a stopped replica
         left, and at the first import)."""
-        if not self._stopping and (self._runner is None or self._runner.done()):
+        if not self.stopping and (self._runner is None or self._runner.done()):
             self._runner = asyncio.create_task(self.run())
 
     # ---- ImportDocuments ------------------------------------------------------------------
@@ -302,17 +312,20 @@ class Imports:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def _worker(self, index: int) -> None:
-        while not self._stopping:
+        while not self.stopping:
             try:
                 claimed = await self._store.claim(KIND, self._owner, _now_ms(), self._lease_ms)
             except DomainError as error:  # the database is down: try again later
                 log.warning("import runner: %s", error)
                 claimed = None
+            if claimed is not None and self.stopping:  # SIGTERM came while claiming
+                await self._store.release(claimed.record.id, self._owner)
+                return
             if claimed is None:
                 await self._report_states()
                 await asyncio.sleep(POLL_SECONDS)
                 continue
-            task = asyncio.create_task(self._run(claimed))
+            task = asyncio.create_task(self._run_as_job(claimed))
             self._running.add(task)
             try:
                 await asyncio.shield(task)
@@ -324,6 +337,10 @@ class Imports:
             return
         with contextlib.suppress(DomainError):
             self._on_states(await self._store.counts())
+
+    async def _run_as_job(self, claimed: ClaimedOperation) -> None:
+        async with self._draining.job("import"):
+            await self._run(claimed)
 
     async def _run(self, claimed: ClaimedOperation) -> None:
         record = claimed.record
@@ -337,7 +354,7 @@ class Imports:
             owner=self._owner,
             lease_ms=self._lease_ms,
             groups=stored_groups,
-            stopping=lambda: self._stopping,
+            stopping=lambda: self.stopping,
             checkpoint=ImportCheckpoint.from_json(claimed.checkpoint),
         )
         log.info(
@@ -366,6 +383,13 @@ class Imports:
                 await self._store.release(record.id, self._owner)
             raise
         except DomainError as error:
+            if self.stopping and not progress.cancel:
+                # The drain's grace ran out mid-batch (ShuttingDown) or the stop broke a call:
+                # not the job's failure; it resumes from its checkpoint.
+                log.info("import %s: stopped by the shutdown; it resumes elsewhere", record.name)
+                with contextlib.suppress(DomainError):
+                    await self._store.release(record.id, self._owner)
+                return
             await self._finish(progress, OperationState.FAILED, error=error)
             return
         except Exception:
@@ -376,7 +400,7 @@ class Imports:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
         progress.checkpoint = final
-        if final.cancelled and self._stopping and not progress.cancel:
+        if final.cancelled and self.stopping and not progress.cancel:
             log.info(
                 "import %s: stopping at its checkpoint; another replica resumes it", record.name
             )

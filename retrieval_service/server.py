@@ -94,6 +94,7 @@ def ingest_response(reports: Sequence[IngestedDocument]) -> retrieval_pb2.Ingest
                 content_sha256=r.content_sha256,
                 unchanged=r.unchanged,
                 knowledge_base=r.knowledge_base,
+                metadata_only=r.metadata_only,
             )
             for r in reports
         ]

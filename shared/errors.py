@@ -68,6 +68,17 @@ class DependencyUnavailable(DomainError):
         self.dependency = dependency
 
 
+class ShuttingDown(DependencyUnavailable):
+    """The server is shutting down and stopped the call's work at a safe point, after its
+    grace period (shared.draining): UNAVAILABLE, so the caller retries, on another replica.
+    What the call had committed stays; the rest was left as it was."""
+
+    def __init__(
+        self, message: str = "the server is shutting down; retry the call on another replica"
+    ) -> None:
+        super().__init__("server", message)
+
+
 class DeadlineExceeded(DomainError):
     """A time limit passed while a downstream call was still running: the caller's deadline or
     a configured per-call timeout. The message says which."""

@@ -3,7 +3,7 @@ interceptor mapping domain errors to status codes and their typed details
 (docs/api.md#status-codes, #error-details), optional API-key auth (shared.auth) and audit log
 (shared.audit) reading the service's own policy table (shared.policy), TLS or mTLS
 with certificates reloaded on change (shared.tls), and graceful shutdown (SIGTERM/SIGINT →
-NOT_SERVING → drain → stop)."""
+NOT_SERVING → drain, which waits for the calls and the jobs of `shared.draining` → stop)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from shared.audit import audit_interceptors
 from shared.auth import OPEN_PREFIXES, AuthInterceptor
+from shared.draining import STOP_MARGIN_SECONDS, Draining
 from shared.error_details import INTERNAL_REASON, abort_with, error_status, rich_status
 from shared.errors import (
     AlreadyExists,
@@ -273,7 +274,9 @@ class GrpcServer:
     service's own table of what each RPC it serves needs and audits (shared.policy): required,
     so a server cannot be built without one; an RPC it lacks is refused to every key.
     `reuse_port` lets worker processes listen on the same port (and HEALTH_PORT), the kernel
-    spreading connections among them; each reports its own health."""
+    spreading connections among them; each reports its own health. `draining`: the jobs the
+    drain waits for besides the calls (the composition root passes the same object to the work
+    it starts: the ingestor, background workers); default: a drain of its own."""
 
     def __init__(
         self,
@@ -285,9 +288,11 @@ class GrpcServer:
         policies: RpcPolicies,
         port_setting: str = "the port",
         reuse_port: bool = False,
+        draining: Draining | None = None,
     ) -> None:
         self._settings = settings
         self._policies = policies
+        self.draining = draining or Draining()
         self._reuse_port = reuse_port
         self._requested_port = port
         self._port_setting = port_setting
@@ -405,14 +410,24 @@ class GrpcServer:
         return "on: " + " + ".join(sources)
 
     async def stop(self, grace: float | None = None) -> None:
-        """NOT_SERVING first (so balancers stop sending), then let in-flight calls finish for
-        up to `grace` seconds, then cancel what is left."""
+        """NOT_SERVING first (so balancers stop sending), then let in-flight calls and jobs
+        (`draining`) finish for up to `grace` seconds. Jobs still running then are asked to
+        stop at their next safe point and get up to STOP_MARGIN_SECONDS more, so that their
+        calls end with a status (UNAVAILABLE, ShuttingDown) rather than being cut off
+        mid-write; then what is left is cancelled."""
         grace = self._settings.shutdown_grace_seconds if grace is None else grace
         self._stopping = True
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining %s (grace %.1fs)", self.address, grace)
         if self._server is not None:
-            await self._server.stop(grace)
+            # grpc refuses new calls at once and waits for those in flight; the margin only
+            # when jobs run, so a stop without any stays as quick as asked.
+            margin = STOP_MARGIN_SECONDS if self.draining.in_flight else 0.0
+            stopping = asyncio.ensure_future(self._server.stop(grace + margin))
+            try:
+                await self.draining.drain(grace, margin)
+            finally:
+                await stopping
         self.observability.stop()
         if self._health_server is not None:
             await self._health_server.stop(None)

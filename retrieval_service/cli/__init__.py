@@ -28,9 +28,11 @@ string).
 `sync DIR --kb ID` makes the knowledge base hold exactly DIR's supported files (hidden files
 and folders skipped), each under its path relative to DIR (`/`-separated) as document_id: it
 lists the knowledge base's documents, sends only the files whose SHA-256 or metadata differ
-from the stored ones (an unchanged file is never sent, so never embedded), deletes the
-documents whose files are gone, prints one line per file (added, changed, unchanged, deleted,
-failed) and a summary, and with `--dry-run` only says what it would do.
+from the stored ones (an unchanged file is never sent, so never embedded; a file whose
+metadata alone changed is sent, and the service keeps its chunks and vectors: `changed …:
+metadata only`), deletes the documents whose files are gone, prints one line per file (added,
+changed, unchanged, deleted, failed) and a summary, and with `--dry-run` only says what it
+would do.
 
 `import` starts an ImportDocuments job on the server (docs/api.md#imports) — a bare path is sent
 as the `file://` uri of its absolute path, which the server must be allowed to read

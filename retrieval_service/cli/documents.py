@@ -148,6 +148,7 @@ def ingest_one(
                     d.content_sha256,
                     d.unchanged,
                     d.knowledge_base,
+                    d.metadata_only,
                 ),
             )
     except grpc.RpcError as exc:
@@ -216,6 +217,8 @@ def unique_names(files: list[Path], outcome: IngestOutcome) -> list[Path]:
 def _ingested_line(verb: str, path: Path | str, done: Ingested) -> str:
     if done.document.unchanged:
         return f"unchanged {path}: nothing embedded"
+    if done.document.metadata_only:
+        return f"{verb} {path}: metadata only, nothing embedded"
     leaves = "1 leaf" if done.document.l3_chunks == 1 else f"{done.document.l3_chunks} leaves"
     return f"{verb} {path}: {leaves}, {done.document.pages} page(s)"
 

@@ -43,6 +43,9 @@ class SyncLine:
     path: str = ""
     reason: str = ""
     leaves: int = 0
+    #: A `changed` document whose bytes are the stored ones: only its metadata (the flags or
+    #: sidecar) changed, so the service keeps its chunks and vectors and embeds nothing.
+    metadata_only: bool = False
 
     def text(self) -> str:
         if self.action == "failed":
@@ -51,6 +54,8 @@ class SyncLine:
             return f"deleted {self.document_id}: {self.leaves} leaves"
         if self.action == "unchanged":
             return f"unchanged {self.document_id}"
+        if self.metadata_only:
+            return f"{self.action} {self.document_id}: metadata only, {self.leaves} leaves kept"
         return f"{self.action} {self.document_id}: {self.leaves} leaves"
 
 
@@ -96,7 +101,8 @@ def sync(
             tqdm.write(line.text(), file=out)
 
     present: set[str] = set()
-    to_send: list[tuple[str, str, Path, Json]] = []  # (action, document_id, file, metadata)
+    # (action, document_id, file, metadata, whether the bytes are the stored ones)
+    to_send: list[tuple[str, str, Path, Json, bool]] = []
     for document_id, path in local_documents(root):
         present.add(document_id)
         if not DOCUMENT_ID.fullmatch(document_id):
@@ -114,17 +120,26 @@ def sync(
             continue
         old = stored.get(document_id)
         if old is None:
-            to_send.append(("added", document_id, path, values))
+            to_send.append(("added", document_id, path, values, False))
         elif old.content_sha256 != digest or struct_dict(old, "metadata") != values:
-            to_send.append(("changed", document_id, path, values))
+            same_bytes = old.content_sha256 == digest
+            to_send.append(("changed", document_id, path, values, same_bytes))
         else:
             report(SyncLine("unchanged", document_id, str(path), leaves=old.l3_chunks))
 
-    bars = Bars([] if args.dry_run else [p for _, _, p, _ in to_send])
+    bars = Bars([] if args.dry_run else [p for _, _, p, _, _ in to_send])
     try:
-        for i, (action, document_id, path, values) in enumerate(to_send, start=1):
+        for i, (action, document_id, path, values, same_bytes) in enumerate(to_send, start=1):
             if args.dry_run:
-                report(SyncLine(action, document_id, str(path)))
+                # The service copies the stored chunks when only the metadata changed (and
+                # the chunking settings did not): what a real run would most likely report.
+                old = stored[document_id] if same_bytes else None
+                leaves = old.l3_chunks if old is not None else 0
+                report(
+                    SyncLine(
+                        action, document_id, str(path), leaves=leaves, metadata_only=same_bytes
+                    )
+                )
                 continue
             bars.start(i, len(to_send), path)
             result = ingest_one(
@@ -138,8 +153,11 @@ def sync(
                 document_metadata=values,
             )
             if isinstance(result, Ingested):
-                done = "unchanged" if result.document.unchanged else action
-                line = SyncLine(done, document_id, str(path), leaves=result.document.l3_chunks)
+                d = result.document
+                done = "unchanged" if d.unchanged else action
+                line = SyncLine(
+                    done, document_id, str(path), leaves=d.l3_chunks, metadata_only=d.metadata_only
+                )
             else:
                 line = SyncLine("failed", document_id, str(path), result.reason)
             bars.finish(path, "", None)

@@ -97,9 +97,10 @@ class DocumentEntry:
 @dataclass(frozen=True, slots=True)
 class IngestedDocument:
     """What an ingest reports of one document it committed (and the CLI of one file it sent):
-    its stored type, pages, chunks per level, whether it replaced a current version, and
-    whether it was `unchanged` (nothing embedded or written: the counts are the stored
-    version's)."""
+    its stored type, pages, chunks per level, whether it replaced a current version, whether
+    it was `unchanged` (nothing embedded or written: the counts are the stored version's), and
+    whether only its metadata changed (`metadata_only`: a new version of the stored chunks,
+    copied with their vectors, nothing embedded)."""
 
     filename: str
     file_type: str
@@ -112,6 +113,7 @@ class IngestedDocument:
     content_sha256: str = ""
     unchanged: bool = False
     knowledge_base: str = DEFAULT_KB
+    metadata_only: bool = False
 
 
 #: A document's identity: (knowledge base name, document_id).

@@ -109,6 +109,13 @@ class ChunkRepository(Protocol):
 
     async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None: ...
 
+    async def copy_rows(self, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
+        """Writes, for each row of `source`'s version on one level, a row of `target`'s
+        version of the same chunk: the same text, vector and BM25 text, with `target`'s
+        metadata and ingest time (a change of metadata alone: nothing is embedded). Returns
+        the rows copied: fewer than `source` names when some are gone."""
+        ...
+
     async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
         """Deletes rows by `documents.version_pk(chunk_id, version)`; returns how many."""
         ...

@@ -281,6 +281,26 @@ class InMemoryChunkRepository:
             staged[version_pk(c.chunk_id, chunk.version)] = _Row(fields, vector.copy(), analysed)
         self._rows(level).update(staged)
 
+    async def copy_rows(self, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
+        await self._enter("copy_rows")
+        rows = self._rows(level)
+        copied = 0
+        for chunk_id in source.ids(level):
+            row = rows.get(version_pk(chunk_id, source.version))
+            if row is None:
+                continue
+            fields = {
+                **row.fields,
+                "version": target.version,
+                "metadata": copy.deepcopy(target.metadata or {}),
+                "ingest_time": target.ingest_time,
+            }
+            rows[version_pk(chunk_id, target.version)] = _Row(
+                fields, row.vector.copy(), Counter(row.terms)
+            )
+            copied += 1
+        return copied
+
     async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
         """Returns what Milvus reports for a delete by primary key: every distinct key asked
         for, whether a row had it or not."""

@@ -199,8 +199,12 @@ async def test_an_unchanged_document_is_not_embedded_again(
     )
     assert embedder.passages == embedded
     assert await service.app.registry.scan() == records
-    changed = await ingest(service, source("a.md", SEA, metadata={"k": "w"}))
+    retagged = await ingest(service, source("a.md", SEA, metadata={"k": "w"}))
+    assert retagged.documents[0].metadata_only and retagged.documents[0].replaced
+    assert embedder.passages == embedded  # metadata alone: the stored vectors are kept
+    changed = await ingest(service, source("a.md", SEA + " More.", metadata={"k": "w"}))
     assert not changed.documents[0].unchanged and changed.documents[0].replaced
+    assert not changed.documents[0].metadata_only
     assert embedder.passages > embedded
 
 

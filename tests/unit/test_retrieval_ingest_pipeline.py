@@ -83,7 +83,7 @@ def test_progress_per_document_in_request_order() -> None:
 
 def test_windows_become_rows_piecewise_with_parents_once_their_leaves_are_in() -> None:
     doc = prepared("tides.txt", 40)
-    version = Version(doc)
+    version = Version.of(doc)
     chunks = chunk_document("tides.txt", "Text", pages("tides.txt", 40), SMALL)
     leaves = [c for c in chunks if c.chunk_level == 3]
     assert [leaf for leaf, _ in doc.leaves()] == leaves  # the streamed split is the same

@@ -16,12 +16,13 @@ from retrieval_service.adapters.milvus.filters import acl_column, acl_expr, to_m
 from retrieval_service.adapters.milvus.schema import (
     OUTPUT_FIELDS,
     UNANALYSED,
+    WRITABLE_FIELDS,
     bm25_spec,
     dense_spec,
     scope_filter,
 )
 from retrieval_service.core.chunking import ChunkRecord
-from retrieval_service.core.documents import version_pk
+from retrieval_service.core.documents import DocumentEntry, version_pk
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.ports import DEFAULT_SCOPE, SearchScope, StoredChunk
 from shared.lexical import bm25_text
@@ -209,6 +210,42 @@ class ChunkStore:
     async def write_chunks(self, level: int, chunks: Sequence[StoredChunk]) -> None:
         """Writes chunk versions of one level, one row each (`store_row`)."""
         await self._milvus.run(self._insert, level, chunks)
+
+    def _copy(self, client: Any, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
+        # Whole rows, their vector and BM25 text included, a write batch at a time: a large
+        # document's vectors as Python floats would be hundreds of MB at once.
+        write = client.insert if self._milvus.config.embedded else client.upsert
+        copied = 0
+        pks = source.pks(level)
+        for start in range(0, len(pks), _WRITE_BATCH):
+            batch = pks[start : start + _WRITE_BATCH]
+            rows = client.query(
+                self._collection(level),
+                filter=in_filter("pk", batch),
+                output_fields=WRITABLE_FIELDS,
+            )
+            copies = [
+                {
+                    **row,
+                    "pk": version_pk(row["chunk_id"], target.version),
+                    "version": target.version,
+                    "dense": np.asarray(row["dense"], dtype=np.float32),
+                    "metadata": target.metadata or {},
+                    "acl": acl_column(target.metadata),
+                    "ingest_time": target.ingest_time,
+                }
+                for row in rows
+            ]
+            if copies:
+                write(self._collection(level), copies)
+            copied += len(copies)
+        return copied
+
+    async def copy_rows(self, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
+        """Copies `source`'s rows of one level into `target`'s version with its metadata
+        (`ChunkRepository.copy_rows`): read and written back whole, so the vector and the BM25
+        text are the stored ones, bit for bit."""
+        return await self._milvus.run(self._copy, level, source, target)
 
     async def seal(self) -> None:
         await self._milvus.seal()

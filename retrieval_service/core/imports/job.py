@@ -336,7 +336,7 @@ class ImportJob:
                 counts.replaced += 1
             else:
                 counts.new += 1
-            if not report.unchanged:
+            if not (report.unchanged or report.metadata_only):  # those embed nothing
                 counts.leaves_written += report.l3_chunks
             await self._records.remember(
                 self._spec.knowledge_base, item.source, [(item.entry.document_id, item.hint)]

@@ -79,6 +79,7 @@ from retrieval_service.core.ports import (
     Telemetry,
 )
 from shared.access import document_visible
+from shared.draining import Draining
 from shared.errors import InvalidArgument, PermissionDenied
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,17 @@ class Ingestor:
         lease_seconds: float = 30.0,
         clock: Clock = wall_clock_ms,
         telemetry: Telemetry = NO_TELEMETRY,
+        draining: Draining | None = None,
     ) -> None:
         """`load_pages` turns a document's bytes into pages; `window`: texts per embedding
         window (default `embedding_window(embedder)`); `bm25_levels`: the levels whose chunks
         are indexed for BM25 (the recalled level, LEAF_RETRIEVE_LEVEL, or all with
         BM25_ALL_LEVELS; `StoredChunk.analysed`); `lease_seconds`: INGEST_LEASE_SECONDS, the
-        lease a write holds on its unfinished records (`leases.py`); `clock`: epoch ms."""
+        lease a write holds on its unfinished records (`leases.py`); `clock`: epoch ms;
+        `draining`: the server's shutdown (`shared.draining`), which waits for each ingest as
+        a job and, once its grace is over, stops it between write batches (default: one that
+        never begins)."""
+        self._draining = draining or Draining()
         self._load_pages = load_pages
         self._bm25_levels = frozenset(bm25_levels)
         self._registry = registry
@@ -164,10 +170,22 @@ class Ingestor:
         check_content(doc, f"{prefix}.content", self._max_bytes)
         metadata = check_metadata(doc.metadata, f"{prefix}.metadata")
         sha = hashlib.sha256(doc.content).hexdigest()
-        made_of = [sha, metadata, doc.filename, file_type, *self._settings]
-        fingerprint = hashlib.sha256(canonical_json(made_of).encode()).hexdigest()
+        fingerprint = self._fingerprint(sha, metadata, doc.filename, file_type)
         document_id = doc.document_id if doc.document_id is not None else doc.filename
         return Identified(index, doc, file_type, document_id, metadata, sha, fingerprint)
+
+    def _fingerprint(self, sha: str, metadata: Metadata, filename: str, file_type: str) -> str:
+        made_of = [sha, metadata, filename, file_type, *self._settings]
+        return hashlib.sha256(canonical_json(made_of).encode()).hexdigest()
+
+    def _metadata_only(self, doc: Identified, current: DocumentEntry) -> bool:
+        """Whether `doc` differs from its current version in its metadata alone: the current
+        fingerprint is what `doc`'s would be with the current metadata (the same bytes, file
+        name and type, chunking and embedder), so its chunks and vectors would be the same."""
+        as_stored = self._fingerprint(
+            doc.content_sha256, current.metadata, doc.source.filename, doc.file_type
+        )
+        return bool(current.fingerprint) and as_stored == current.fingerprint
 
     def _identify_all(self, documents: Sequence[SourceDocument]) -> list[Identified]:
         return [self._identify(i, d) for i, d in enumerate(documents)]
@@ -195,7 +213,7 @@ class Ingestor:
         )
         if not prepared.leaf_count:
             raise InvalidArgument(field, "no text could be extracted")
-        return Version(prepared, doc.index)
+        return Version.of(prepared, doc.index)
 
     async def _current(
         self, docs: list[Identified], knowledge_base: str
@@ -280,6 +298,7 @@ class Ingestor:
                 taken.append(more)
             staged, completed = stage([w for w, _ in taken], self._bm25_levels)
             async with self._lock:
+                self._draining.check()  # between writes: what is committed stays whole
                 await self._require(knowledge_base, "knowledge_base")
                 await self._versions.commit(staged, completed, lease)
                 unsealed += sum(map(len, staged.values()))
@@ -307,9 +326,25 @@ class Ingestor:
         raised; when a write fails, embedding stops. `deadline` is a `time.monotonic()`
         instant for the embedder; `on_progress` hears each document's embedding progress.
         A document whose current version has the same fingerprint is reported `unchanged`
-        and neither embedded nor written. Reports come in request order. A caller restricted
-        to `groups` may not replace a document it cannot see (PERMISSION_DENIED naming
-        `documents[i]`)."""
+        and neither embedded nor written; one that differs from it in its metadata alone is
+        neither parsed nor embedded: its stored rows are copied into a new version with the
+        new metadata (`metadata_only`, `VersionProtocol.copy`). Reports come in request
+        order. A caller restricted to `groups` may not replace a document it cannot see
+        (PERMISSION_DENIED naming `documents[i]`). The ingest is a job of the server's drain:
+        once the shutdown's grace is over it stops between write batches, leaving every
+        document not yet committed as it was, and raises ShuttingDown."""
+        async with self._draining.job("ingest"):
+            self._draining.check()
+            return await self._ingest(documents, knowledge_base, deadline, on_progress, groups)
+
+    async def _ingest(
+        self,
+        documents: Sequence[SourceDocument],
+        knowledge_base: str,
+        deadline: float | None,
+        on_progress: ProgressSink | None,
+        groups: frozenset[str] | None,
+    ) -> list[IngestedDocument]:
         started = time.monotonic()
         kb = await self._require(knowledge_base, "knowledge_base")
         check_ingest_request(documents)
@@ -322,15 +357,23 @@ class Ingestor:
             for d in identified
             if d.index in current and current[d.index].fingerprint == d.fingerprint
         }
-        versions = await asyncio.to_thread(self._parse_all, identified, kb, set(unchanged))
+        copies = [
+            Version.copying(current[d.index], d.metadata, d.fingerprint, d.index)
+            for d in identified
+            if d.index in current
+            and d.index not in unchanged
+            and self._metadata_only(d, current[d.index])
+        ]
+        skipped = set(unchanged) | {v.index for v in copies}
+        versions = await asyncio.to_thread(self._parse_all, identified, kb, skipped)
         # The pages hold the text now: the request's bytes need not live as long as the call
         # (a 20 MiB document's copy), unless the caller keeps them.
         del identified
-        if not versions:
+        if not versions and not copies:
             return [unchanged[i] for i in sorted(unchanged)]
         progress = (
             ProgressCounter([v.doc for v in versions], on_progress, started)
-            if on_progress
+            if on_progress and versions
             else None
         )
         handover: Handover[Window] = Handover(PENDING_WINDOWS * self._window)
@@ -339,21 +382,21 @@ class Ingestor:
         lease = self._versions.lease()
         try:
             # Embedding starts while the intent is recorded; nothing is written before it is.
-            embedder = asyncio.ensure_future(self._embed(versions, handover, deadline, progress))
-            tasks = [embedder]
+            if versions:
+                embedder = asyncio.ensure_future(
+                    self._embed(versions, handover, deadline, progress)
+                )
+                tasks.append(embedder)
             async with self._lock:
+                self._draining.check()
                 await self._require(kb, "knowledge_base")
-                await self._versions.begin(versions, lease)
-            writer = asyncio.ensure_future(self._write_windows(handover, reports, kb, lease))
-            tasks.append(writer)
-            await asyncio.wait({writer, embedder}, return_when=asyncio.FIRST_COMPLETED)
-            if writer.done():  # before the embedder: only by a failed write
-                await writer
-            # Documents embedded before an embedding failure are still committed, then the
-            # failure is raised.
-            handover.close()
-            await writer
-            await embedder
+                await self._versions.begin([*versions, *copies], lease)
+            if versions:
+                writer = asyncio.ensure_future(self._write_windows(handover, reports, kb, lease))
+                tasks.append(writer)
+            await self._copy(copies, reports, kb, lease)
+            if versions:
+                await self._finish(embedder, writer, handover)
             done = dict(reports) | unchanged
             return [done[i] for i in sorted(done)]
         finally:
@@ -361,7 +404,7 @@ class Ingestor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await lease.stop()  # before a discard, which no renewal may undo
-            unfinished = [v.entry for v in versions if not v.committed]
+            unfinished = [v.entry for v in [*versions, *copies] if not v.committed]
             if unfinished or reports:
                 async with self._lock:
                     if unfinished:
@@ -371,6 +414,49 @@ class Ingestor:
                     # seal ran after it), and a caller must find what it just ingested.
                     if reports:
                         await self._versions.seal()
+
+    async def _copy(
+        self,
+        copies: list[Version],
+        reports: list[tuple[int, IngestedDocument]],
+        knowledge_base: str,
+        lease: Lease,
+    ) -> None:
+        """Commits each metadata-only version, one document at a time, while the embedder
+        and the writer run for the others (the write lock is taken per document)."""
+        for v in copies:
+            async with self._lock:
+                self._draining.check()
+                await self._require(knowledge_base, "knowledge_base")
+                await self._versions.copy(v, lease)
+            reports.append((v.index, v.report()))
+
+    async def _finish(
+        self,
+        embedder: asyncio.Future[None],
+        writer: asyncio.Future[None],
+        handover: Handover[Window],
+    ) -> None:
+        """Waits for the embedder and the writer. Documents embedded before an embedding
+        failure are still committed, then the failure is raised; a failed write stops
+        embedding. Once the drain asks the ingest to stop, nothing more is embedded and the
+        writer stops before its next write (ShuttingDown)."""
+        stop = asyncio.ensure_future(self._draining.stopped())
+        try:
+            await asyncio.wait({writer, embedder, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done():  # before the embedder: only by a failed write
+                await writer
+            stopped = stop.done() and not embedder.done()
+            if stopped:  # the embedder writes nothing: the windows not yet embedded are dropped
+                embedder.cancel()
+                await asyncio.gather(embedder, return_exceptions=True)
+            handover.close()
+            await writer
+            if stopped:
+                self._draining.check()
+            await embedder
+        finally:
+            stop.cancel()
 
     async def ingest_events(
         self,

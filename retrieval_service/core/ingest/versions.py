@@ -31,7 +31,8 @@ from retrieval_service.core.documents import (
     version_time_ms,
 )
 from retrieval_service.core.embedding import normalise
-from retrieval_service.core.errors import STORE_FAILURES
+from retrieval_service.core.errors import STORE_FAILURES, StoreUnavailable
+from retrieval_service.core.identity import Metadata
 from retrieval_service.core.ingest.leases import (
     AFTER_EVERY_LEASE,
     Clock,
@@ -96,13 +97,25 @@ Window = list[tuple["Version", ChunkRecord, tuple[ChunkRecord, ...], np.ndarray]
 class Version:
     """The new version of one document while its rows are written piecewise: the vectors of
     the leaves of each parent not yet written (a parent's vector is the normalised mean of
-    its leaves'), so at most one L1's leaf vectors are held per document."""
+    its leaves'), so at most one L1's leaf vectors are held per document. A version `copying`
+    a stored one (a change of metadata alone) has no parsed document: its rows are the
+    source's, copied (`VersionProtocol.copy`)."""
 
-    def __init__(self, doc: Prepared, index: int = 0) -> None:
-        self.doc = doc
+    def __init__(self, doc: Prepared | None, index: int = 0, *, entry: DocumentEntry) -> None:
+        self._doc = doc
         self.index = index  # the document's place in the request
+        self.entry = entry
+        self.source: DocumentEntry | None = None
+        self.replaced = False
+        self.committed = False
+        self.leaves_left = doc.leaf_count if doc is not None else 0
+        self._held: dict[str, list[np.ndarray]] = {}
+
+    @classmethod
+    def of(cls, doc: Prepared, index: int = 0) -> Version:
+        """A new version of a parsed document, to embed and write."""
         version = new_version()
-        self.entry = DocumentEntry(
+        entry = DocumentEntry(
             doc.filename,
             doc.file_type,
             doc.pages,
@@ -117,10 +130,34 @@ class Version:
             ingest_time=version_time_ms(version),
             fingerprint=doc.fingerprint,
         )
-        self.replaced = False
-        self.committed = False
-        self.leaves_left = doc.leaf_count
-        self._held: dict[str, list[np.ndarray]] = {}
+        return cls(doc, index, entry=entry)
+
+    @classmethod
+    def copying(
+        cls, source: DocumentEntry, metadata: Metadata, fingerprint: str, index: int = 0
+    ) -> Version:
+        """A new version of the committed `source` that differs in its metadata alone: the
+        same chunks (so the same row keys but for the version) and vectors."""
+        version = new_version()
+        entry = replace(
+            source,
+            version=version,
+            state=PENDING,
+            metadata=metadata,
+            fingerprint=fingerprint,
+            ingest_time=version_time_ms(version),
+            lease_expires_ms=0,
+        )
+        v = cls(None, index, entry=entry)
+        v.source = source
+        return v
+
+    @property
+    def doc(self) -> Prepared:
+        """The parsed document (a version that copies a stored one has none)."""
+        if self._doc is None:
+            raise ValueError(f"version {self.entry.version} copies a stored one: no document")
+        return self._doc
 
     def take(
         self, leaf: ChunkRecord, closes: Sequence[ChunkRecord], vector: np.ndarray
@@ -142,9 +179,9 @@ class Version:
 
     def report(self) -> IngestedDocument:
         return IngestedDocument(
-            filename=self.doc.filename,
-            file_type=self.doc.file_type,
-            pages=self.doc.pages,
+            filename=self.entry.filename,
+            file_type=self.entry.file_type,
+            pages=self.entry.pages,
             l1_chunks=self.entry.level_count(1),
             l2_chunks=self.entry.level_count(2),
             l3_chunks=self.entry.level_count(3),
@@ -152,6 +189,7 @@ class Version:
             document_id=self.entry.document_id,
             content_sha256=self.entry.content_sha256,
             knowledge_base=self.entry.knowledge_base,
+            metadata_only=self.source is not None,
         )
 
 
@@ -254,6 +292,29 @@ class VersionProtocol:
         await self._checkpoint("after_commit")
         await self.settle([v.entry for v in completed])
         await self._checkpoint("after_cleanup")
+
+    async def copy(self, version: Version, lease: Lease) -> None:
+        """Writes a `copying` version — its source's rows of every level under the new version
+        with the new metadata, under the PENDING record `begin` wrote — then commits it as
+        `commit` does. The source is committed and current when the request read it; if
+        another writer removed some of its rows meanwhile (it replaced the document), the
+        copy is incomplete and is not committed: StoreUnavailable, the caller retries."""
+        source = version.source
+        assert source is not None, "only a copying version is copied"
+        lease.check()
+        for lvl in (3, 2, 1):
+            copied = await self._chunks.copy_rows(lvl, source, version.entry)
+            if copied != source.level_count(lvl):
+                log.warning(
+                    "%s changed while its metadata was copied; nothing committed",
+                    version.entry.document_id,
+                )
+                raise StoreUnavailable(
+                    f"documents[{version.index}] was replaced by another writer while its "
+                    "metadata changed; retry"
+                )
+            await self._checkpoint(f"during_level_{lvl}")
+        await self.commit({lvl: [] for lvl in LEVELS}, [version], lease)
 
     async def seal(self) -> None:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
