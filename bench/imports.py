@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
 import subprocess
@@ -261,9 +260,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    os.environ.pop("MILVUS_URI", None)
-    asyncio.run(run(parse(sys.argv[1:] if argv is None else argv)))
+    asyncio.run(run(parse([] if argv is None else argv)))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -227,3 +227,10 @@ def test_every_link_into_the_docs_lands_on_a_heading() -> None:
             assert anchor in anchors[doc], f"{source.relative_to(ROOT)}: {doc}#{anchor}"
             checked += 1
     assert checked > 0
+
+
+def test_the_service_readmes_stay_short() -> None:
+    # A README is the way in; the reference is docs/ (api.md, retrieval-design.md).
+    for readme in ("retrieval_service/README.md", "orchestrator_service/README.md"):
+        lines = (ROOT / readme).read_text(encoding="utf-8").count("\n")
+        assert lines <= 300, f"{readme} has {lines} lines; move detail to docs/"
