@@ -13,8 +13,8 @@ OpenAI-compatible fake of tests/fakes/embeddings_server.py (dim 64, in its own p
     minus the folder's leaves, in documents (each document's leaves are known), plus the
     documents counted `unchanged` (committed before the kill, after the last checkpoint).
 
-Wanted: (a) import ÷ stream ≤ 1.1; (b) redone ≤ IMPORT_WORKERS × IMPORT_BATCH_DOCUMENTS
-(1 × 16 here). About 2 minutes on 2 cores."""
+Wanted: (a) import ÷ stream ≤ 1.1; (b) redone ≤ IMPORT_WORKERS × IMPORT_BATCH_DOCUMENTS, the
+documents one job has in flight (1 × 3 calls × 48 here). About 2 minutes on 2 cores."""
 
 from __future__ import annotations
 

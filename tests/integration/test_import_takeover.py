@@ -20,6 +20,7 @@ from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import duration_pb2
 from supermew.v1 import retrieval_pb2
 
+from retrieval_service.core.imports.job import IMPORT_BATCH_DOCUMENTS
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import MILVUS_LITE, LiteServer, free_port
 from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
@@ -28,7 +29,7 @@ from tests.postgres import PostgresServer
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COLLECTION = "imports"
-DOCUMENTS = 96
+DOCUMENTS = 400
 SENTENCE = "Harbour log {n}: the ferry to the island leaves at dawn and returns at dusk. "
 State = retrieval_pb2.ImportDocumentsMetadata.State
 
@@ -65,7 +66,7 @@ def test_a_killed_replicas_import_finishes_on_the_other(
     if not MILVUS_LITE.exists():
         pytest.fail("milvus-lite CLI not installed in the venv")
     # Slow embedding: the import is still running when its replica is killed.
-    embeddings = EmbeddingsServer(DIM, batch_delay=0.15).start()
+    embeddings = EmbeddingsServer(DIM, batch_delay=0.05).start()
     server = LiteServer(folder / "milvus", free_port())
     server.start()
     postgres_server.start()
@@ -89,7 +90,7 @@ def test_a_killed_replicas_import_finishes_on_the_other(
             retrieval_pb2.ImportDocumentsRequest(uris=[(folder / "docs").as_uri()]), timeout=30
         )
         get = operations_pb2.GetOperationRequest(name=op.name)
-        until(lambda: progress(ops_a.GetOperation(get)).documents_new >= 16, 120)
+        until(lambda: progress(ops_a.GetOperation(get)).documents_new >= 48, 120)
         b = ServiceProcess(folder / "b.log", env)  # started while a runs the job
         before = progress(ops_a.GetOperation(get))
         assert not ops_a.GetOperation(get).done, "the import ended before the kill"
@@ -109,9 +110,9 @@ def test_a_killed_replicas_import_finishes_on_the_other(
         assert meta.documents_total == DOCUMENTS
         assert meta.documents_new + meta.documents_unchanged + meta.documents_replaced == DOCUMENTS
         assert meta.documents_failed == 0
-        # Only the batch in flight at the kill was done again (its committed documents are
-        # "unchanged" the second time): at most one batch per worker.
-        assert meta.documents_unchanged <= 16
+        # Only the documents in flight at the kill were done again (those committed are
+        # "unchanged" the second time): at most one job's batch per worker.
+        assert meta.documents_unchanged <= IMPORT_BATCH_DOCUMENTS
         assert meta.documents_new >= before.documents_new
         assert "(taken over)" in (folder / "b.log").read_text()
 

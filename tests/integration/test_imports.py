@@ -23,6 +23,7 @@ from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import duration_pb2, struct_pb2
 from supermew.v1 import retrieval_pb2
 
+from tests.fakes.hashing_embedder import HashingEmbedder
 from tests.integration.retrieval_harness import Service, running_service
 from tests.integration.test_retrieval_cli import _cli
 
@@ -203,7 +204,7 @@ async def test_refused_sources_name_the_uri_and_the_setting(tmp_path: Path) -> N
         outside.as_uri(): (grpc.StatusCode.PERMISSION_DENIED, "IMPORT_ROOTS"),
         (inside / "escape").as_uri(): (grpc.StatusCode.PERMISSION_DENIED, "IMPORT_ROOTS"),
         "http://127.0.0.1:9/x.md": (grpc.StatusCode.PERMISSION_DENIED, "IMPORT_URL_PREFIXES"),
-        "s3://bucket/prefix": (grpc.StatusCode.INVALID_ARGUMENT, "s3://"),
+        "s3://bucket/prefix": (grpc.StatusCode.PERMISSION_DENIED, "IMPORT_URL_PREFIXES"),
         "ftp://host/file.md": (grpc.StatusCode.INVALID_ARGUMENT, "uris[0]"),
         "file://host/a.md": (grpc.StatusCode.INVALID_ARGUMENT, "uris[0]"),
     }
@@ -292,9 +293,13 @@ async def test_urls_from_a_local_http_server(tmp_path: Path) -> None:
 async def test_cancel_stops_between_batches_and_keeps_what_committed(tmp_path: Path) -> None:
     root = write_folder(
         tmp_path / "docs",
-        {f"f{i:03}.md": f"File {i} talks about topic {i}. " + PARAGRAPH * 4 for i in range(80)},
+        {f"f{i:03}.md": f"File {i} talks about topic {i}. " + PARAGRAPH * 2 for i in range(600)},
     )
-    async with service(tmp_path, import_roots=str(tmp_path)) as (svc, ops):
+    # More documents than one job has in flight (IMPORT_BATCH_DOCUMENTS), embedded fast.
+    async with service(tmp_path, import_roots=str(tmp_path), embedder=HashingEmbedder()) as (
+        svc,
+        ops,
+    ):
         op = await start(svc, uris=[root.as_uri()])
         while (
             progress(
@@ -309,7 +314,7 @@ async def test_cancel_stops_between_batches_and_keeps_what_committed(tmp_path: P
         assert meta.state == State.CANCELLED
         assert done.error.code == grpc.StatusCode.CANCELLED.value[0]
         stored = await documents(svc)
-        assert 0 < len(stored) < 80
+        assert 0 < len(stored) < 600
         assert meta.documents_new == len(stored)
         assert all(d["leaves"] > 0 for d in stored.values())
         # Listed among the done ones; deletable now that it is done.

@@ -9,8 +9,10 @@ yet committed, so only the batch in flight is done again."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Protocol
@@ -29,8 +31,13 @@ from shared.errors import (
 
 log = logging.getLogger(__name__)
 
-#: Documents per ingest call of an import: what a takeover may do twice.
-IMPORT_BATCH_DOCUMENTS: Final = 16
+#: Documents per ingest call of an import.
+IMPORT_CALL_DOCUMENTS: Final = 48
+#: Ingest calls one import keeps in flight: the next call parses and embeds while the one
+#: before it commits (one call at a time left the embedder idle at each call's ends).
+IMPORT_CALLS_IN_FLIGHT: Final = 3
+#: The documents one import has in flight: at most what a takeover after a kill does again.
+IMPORT_BATCH_DOCUMENTS: Final = IMPORT_CALL_DOCUMENTS * IMPORT_CALLS_IN_FLIGHT
 #: ImportDocumentsResponse.failures holds at most this many (the counts hold them all).
 MAX_FAILURES: Final = 1000
 DEFAULT_MAX_DELETION_PERCENT: Final = 50
@@ -183,7 +190,8 @@ class ImportJob:
         ingestor: Ingestor,
         records: SourceRecords,
         progress: Progress,
-        batch: int = IMPORT_BATCH_DOCUMENTS,
+        batch: int = IMPORT_CALL_DOCUMENTS,
+        in_flight: int = IMPORT_CALLS_IN_FLIGHT,
         on_document: Callable[[str], None] | None = None,
     ) -> None:
         self._spec = spec
@@ -192,6 +200,7 @@ class ImportJob:
         self._records = records
         self._progress = progress
         self._batch = batch
+        self._in_flight = in_flight
         self._on_document = on_document
         self._metadata_digest = _digest(spec.metadata)
 
@@ -212,14 +221,34 @@ class ImportJob:
             for failure in refused:
                 checkpoint.fail(failure)
             await self._progress.save(checkpoint)
-        for start in range(checkpoint.cursor, len(work), self._batch):
-            if self._progress.cancel_requested:
-                checkpoint.cancelled = True
-                return checkpoint
-            batch = work[start : start + self._batch]
-            await self._import_batch(batch, sources, previous, checkpoint)
-            checkpoint.cursor = start + len(batch)
-            await self._progress.save(checkpoint)
+        running: deque[tuple[int, asyncio.Task[None]]] = deque()
+        start = checkpoint.cursor
+        try:
+            while start < len(work) or running:
+                while (
+                    len(running) < self._in_flight
+                    and start < len(work)
+                    and not self._progress.cancel_requested
+                ):
+                    batch = work[start : start + self._batch]
+                    task = asyncio.ensure_future(
+                        self._import_batch(batch, sources, previous, checkpoint)
+                    )
+                    start += len(batch)
+                    running.append((start, task))
+                if not running:
+                    break  # cancelled: nothing more started
+                end, oldest = running.popleft()
+                await oldest
+                # The cursor moves over whole batches in listing order only, so a takeover
+                # starts at the first document that may not be committed.
+                checkpoint.cursor = end
+                await self._progress.save(checkpoint)
+        finally:
+            for _, task in running:
+                task.cancel()
+            await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+            await self._ingestor.seal()
         if self._progress.cancel_requested and checkpoint.cursor < len(work):
             checkpoint.cancelled = True
             return checkpoint
@@ -329,7 +358,9 @@ class ImportJob:
             )
         if not documents:
             return
-        for item, report in await self._ingest(documents, checkpoint):
+        ingested = await self._ingest(documents, checkpoint)
+        by_source: dict[str, list[tuple[str, str]]] = {}
+        for item, report in ingested:
             if report.unchanged:
                 counts.unchanged += 1
             elif report.replaced:
@@ -338,12 +369,12 @@ class ImportJob:
                 counts.new += 1
             if not (report.unchanged or report.metadata_only):  # those embed nothing
                 counts.leaves_written += report.l3_chunks
-            await self._records.remember(
-                self._spec.knowledge_base, item.source, [(item.entry.document_id, item.hint)]
-            )
+            by_source.setdefault(item.source, []).append((item.entry.document_id, item.hint))
             self._tell(
                 "unchanged" if report.unchanged else "replaced" if report.replaced else "new"
             )
+        for source, hints in by_source.items():
+            await self._records.remember(self._spec.knowledge_base, source, hints)
 
     async def _ingest(
         self, documents: Sequence[tuple[_Work, SourceDocument]], checkpoint: ImportCheckpoint
@@ -355,6 +386,7 @@ class ImportJob:
                 [doc for _, doc in documents],
                 knowledge_base=self._spec.knowledge_base,
                 groups=self._spec.groups,
+                seal=False,  # once, when the import's last batch is in (`run`)
             )
             return [(item, report) for (item, _), report in zip(documents, reports, strict=True)]
         except DomainError as error:

@@ -317,6 +317,7 @@ class Ingestor:
         deadline: float | None = None,
         on_progress: ProgressSink | None = None,
         groups: frozenset[str] | None = None,
+        seal: bool = True,
     ) -> list[IngestedDocument]:
         """All documents are validated and parsed before anything is embedded or written, so
         bad input changes nothing. Then embedding and writing overlap: each embedded window's
@@ -335,7 +336,9 @@ class Ingestor:
         document not yet committed as it was, and raises ShuttingDown."""
         async with self._draining.job("ingest"):
             self._draining.check()
-            return await self._ingest(documents, knowledge_base, deadline, on_progress, groups)
+            return await self._ingest(
+                documents, knowledge_base, deadline, on_progress, groups, seal
+            )
 
     async def _ingest(
         self,
@@ -344,6 +347,7 @@ class Ingestor:
         deadline: float | None,
         on_progress: ProgressSink | None,
         groups: frozenset[str] | None,
+        seal: bool,
     ) -> list[IngestedDocument]:
         started = time.monotonic()
         kb = await self._require(knowledge_base, "knowledge_base")
@@ -411,8 +415,9 @@ class Ingestor:
                         await self._versions.discard_quietly(unfinished)
                     # Before the reply, not after it: while Lite flushes, a search misses the
                     # rows being flushed (5 of 75 searches right after a reply did, when the
-                    # seal ran after it), and a caller must find what it just ingested.
-                    if reports:
+                    # seal ran after it), and a caller must find what it just ingested. An
+                    # import (`seal=False`) seals once, when its last batch is in.
+                    if reports and seal:
                         await self._versions.seal()
 
     async def _copy(
@@ -532,6 +537,12 @@ class Ingestor:
         return replace(
             page, entries=[e for e in page.entries if document_visible(e.metadata, groups)]
         )
+
+    async def seal(self) -> None:
+        """Makes what was written fast to search (`VersionProtocol.seal`), for callers that
+        ingested with `seal=False`."""
+        async with self._lock:
+            await self._versions.seal()
 
     async def purge(self, knowledge_base: str) -> int:
         """Removes every row and record of a knowledge base being deleted, while no write
