@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import grpc
+import httpx
 import pytest
 from google.longrunning import operations_pb2_grpc
 from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import duration_pb2, struct_pb2
+from prometheus_client.parser import text_string_to_metric_families
 from supermew.v1 import retrieval_pb2
 
 from tests.fakes.hashing_embedder import HashingEmbedder
@@ -555,3 +557,28 @@ async def test_permissions_follow_the_operations_knowledge_base(tmp_path: Path) 
             metadata=key("k-reader-hr"),
         )
         assert response(done).documents_new == 1
+
+
+async def test_metrics_count_import_results_and_operation_states(tmp_path: Path) -> None:
+    root = write_folder(tmp_path / "docs", {"a.md": PARAGRAPH, "bad.pdf": b"not a pdf"})
+    async with service(tmp_path, import_roots=str(tmp_path), metrics_port=0) as (svc, ops):
+        assert svc.metrics_port
+
+        def sample(name: str, **labels: str) -> float:
+            text = httpx.get(f"http://127.0.0.1:{svc.metrics_port}/metrics", timeout=10).text
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    if s.name == name and s.labels == labels:
+                        return float(s.value)
+            return 0.0
+
+        before = {r: sample("supermew_import_documents_total", result=r) for r in ("new", "failed")}
+        await wait(ops, (await start(svc, uris=[root.as_uri()])).name)
+        assert sample("supermew_import_documents_total", result="new") == before["new"] + 1
+        assert sample("supermew_import_documents_total", result="failed") == before["failed"] + 1
+        # The idle runner reports the states every second.
+        deadline = asyncio.get_running_loop().time() + 10
+        while sample("supermew_operations", state="SUCCEEDED") < 1:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.2)
+        assert sample("supermew_operations", state="RUNNING") == 0

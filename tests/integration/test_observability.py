@@ -28,6 +28,7 @@ from retrieval_service import metrics as retrieval_metrics
 from retrieval_service.core.errors import StoreFailed
 from shared.keys import KEY_ID_PATTERN
 from shared.logs import REQUEST_ID_HEADER, configure_logging
+from shared.operations import OperationState
 from tests.fakes.model_server import HttpError, ModelScript, complexity, grade, rewrite
 from tests.fakes.orchestrator_stack import start_stack
 from tests.integration.retrieval_harness import running_service
@@ -94,7 +95,8 @@ BOUNDED: dict[str, set[str]] = {
     "retrieval_mode": set(retrieval_metrics.RETRIEVAL_MODES) | {"other"},
     "stage": set(retrieval_metrics.STAGES),
     "level": {"1", "2", "3"},
-    "state": set(retrieval_metrics.RECLAIMED_STATES),
+    "state": set(retrieval_metrics.RECLAIMED_STATES) | {s.name for s in OperationState},
+    "result": set(retrieval_metrics.IMPORT_RESULTS),
 }
 OUR_PREFIXES = ("grpc_server_", "supermew_")
 
