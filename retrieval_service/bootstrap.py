@@ -223,6 +223,7 @@ async def create_app(
         registry,
         purge=lambda name: ingestor.purge(name),
         checkpoint=checkpoint,
+        lease_seconds=settings.ingest_lease_seconds,
     )
     reranker = Reranker(
         settings.rerank_host,
@@ -298,7 +299,7 @@ async def create_app(
     )
     try:
         await knowledge_bases.ensure_default()
-        await knowledge_bases.reconcile()
+        await knowledge_bases.reconcile(sole_writer=app.sole_writer)
         await ingestor.reconcile(sole_writer=app.sole_writer)
         level = recall.leaf_level
         problem = unanalysed_problem(

@@ -3,11 +3,20 @@ and Delete over the knowledge-base store and the document registry. `knowledge_b
 is created on the first start and never deleted. A deletion with `force` first marks the
 knowledge base DELETING (from that instant it is NOT_FOUND everywhere), then removes its rows
 and records (`VersionProtocol.purge`), then its own record; `reconcile` finishes a deletion a
-crash interrupted, so after a restart a knowledge base is whole or gone."""
+crash interrupted, so after a restart a knowledge base is whole or gone.
+
+The DELETING mark carries the deleter's lease (INGEST_LEASE_SECONDS), renewed while its purge
+runs: every replica reconciles, and one that finished a deletion still under way elsewhere
+could remove the record — or the rows — of a knowledge base created again under the same name
+right after the first deletion returned. So reconciliation claims a DELETING record only once
+its lease expired (compare-and-set), and the record is removed only by its current deleter."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -16,7 +25,9 @@ from retrieval_service.core.documents import (
     decode_page_token,
     encode_page_token,
 )
+from retrieval_service.core.errors import STORE_FAILURES
 from retrieval_service.core.identity import DEFAULT_KB, check_kb_id, kb_id_of, kb_name
+from retrieval_service.core.ingest.leases import Clock, wall_clock_ms
 from retrieval_service.core.ingest.validation import list_page_size
 from retrieval_service.core.ports import DocumentRegistry, KnowledgeBaseStore
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -24,6 +35,8 @@ from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, No
 log = logging.getLogger(__name__)
 
 ACTIVE, DELETING = 0, 1
+#: Later than any lease: what a sole writer's reconciliation compares leases with.
+_FOREVER_MS = 2**62
 UPDATABLE = ("display_name", "description")
 #: The longest display_name and description, in characters (the store keeps 4 bytes each).
 MAX_DISPLAY_NAME_CHARS = 256
@@ -96,11 +109,18 @@ class KnowledgeBases:
         registry: DocumentRegistry,
         purge: Purge,
         checkpoint: Checkpoint = _no_checkpoint,
+        *,
+        lease_seconds: float = 30.0,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self._store = store
         self._registry = registry
         self._purge = purge
         self._checkpoint = checkpoint
+        self._lease_ms = max(1, round(lease_seconds * 1000))
+        self._clock = clock
+        #: This process as a deleter: the owner of the DELETING marks it holds.
+        self._owner = secrets.token_hex(8)
 
     async def require(self, text: str, field: str) -> str:
         """The full name of an existing (ACTIVE) knowledge base a request names ("" = the
@@ -214,20 +234,47 @@ class KnowledgeBases:
             raise FailedPrecondition(
                 "name", f"{name!r} still holds documents; delete them or pass force"
             )
-        if not await self._store.mark_deleting(name):  # from here on: NOT_FOUND
+        marked = await self._store.mark_deleting(name, self._owner, self._until())
+        if not marked:  # from here on: NOT_FOUND
             raise NotFound("name", f"knowledge base {name!r} does not exist")
         await self._checkpoint("kb_delete_after_mark")
         await self._finish_delete(name)
 
-    async def _finish_delete(self, name: str) -> None:
-        await self._purge(name)
-        await self._store.remove(name)
-        log.info("deleted %s", name)
+    def _until(self) -> int:
+        return self._clock() + self._lease_ms
 
-    async def reconcile(self) -> int:
-        """Finishes every deletion a crash interrupted (knowledge bases left DELETING);
-        returns how many."""
-        doomed = [r.name for r in await self._store.all() if r.state == DELETING]
+    async def _finish_delete(self, name: str) -> None:
+        """Purges the knowledge base's rows and records, renewing the DELETING lease every
+        third of it meanwhile, then removes the record if it is still this deleter's."""
+        renewer = asyncio.ensure_future(self._renew(name))
+        try:
+            await self._purge(name)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        if await self._store.remove_deleted(name, self._owner):
+            log.info("deleted %s", name)
+        else:
+            log.warning("the deletion of %s was taken over by another replica", name)
+
+    async def _renew(self, name: str) -> None:
+        while True:
+            await asyncio.sleep(self._lease_ms / 3000)
+            try:
+                if not await self._store.renew_deleting(name, self._owner, self._until()):
+                    log.warning("lost the deletion lease of %s", name)
+                    return
+            except STORE_FAILURES:  # a failed renewal is retried at the next period
+                log.warning("could not renew the deletion lease of %s", name, exc_info=True)
+
+    async def reconcile(self, *, sole_writer: bool = False) -> int:
+        """Finishes every deletion a crash interrupted: knowledge bases left DELETING whose
+        deleter's lease expired, each claimed first; returns how many. `sole_writer` (embedded
+        Lite at start-up: no other process can be deleting) claims them whatever their lease."""
+        now = self._clock()
+        expired_before = _FOREVER_MS if sole_writer else now
+        doomed = await self._store.claim_deleting(self._owner, expired_before, now + self._lease_ms)
         for name in doomed:
             log.info("finishing the interrupted deletion of %s", name)
             await self._finish_delete(name)

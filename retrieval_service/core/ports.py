@@ -208,14 +208,32 @@ class KnowledgeBaseStore(Protocol):
         never undone, nor a deleted record brought back, by an update that read it before."""
         ...
 
-    async def mark_deleting(self, name: str) -> bool:
-        """ACTIVE → DELETING, atomically; False when the record is missing or not ACTIVE
-        (another deletion got there first)."""
+    async def mark_deleting(self, name: str, owner: str, until_ms: int) -> bool:
+        """ACTIVE → DELETING, atomically, the deletion `owner`'s until `until_ms` (its lease,
+        renewed while it runs); False when the record is missing or not ACTIVE (another
+        deletion got there first)."""
+        ...
+
+    async def renew_deleting(self, name: str, owner: str, until_ms: int) -> bool:
+        """Extends `owner`'s lease on a DELETING record; False when it is no longer `owner`'s
+        (taken over after the lease expired, or removed)."""
+        ...
+
+    async def claim_deleting(self, owner: str, now_ms: int, until_ms: int) -> list[str]:
+        """The DELETING records whose deleter's lease expired before `now_ms`, each now
+        `owner`'s until `until_ms` (compare-and-set: across replicas, one claimant each)."""
+        ...
+
+    async def remove_deleted(self, name: str, owner: str) -> bool:
+        """Removes the record only while it is DELETING and `owner`'s, so a deletion can never
+        remove a knowledge base created again under the same name; returns whether it did."""
         ...
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None: ...
 
-    async def remove(self, name: str) -> None: ...
+    async def remove(self, name: str) -> None:
+        """Removes the record whatever its state (upgrades and tests)."""
+        ...
 
     async def all(self) -> list[KnowledgeBaseRecord]:
         """Every record, any state, in name order."""

@@ -505,6 +505,8 @@ class InMemoryKnowledgeBaseStore:
     def __init__(self) -> None:
         self.faults = Faults()
         self._records: dict[str, KnowledgeBaseRecord] = {}
+        #: A DELETING record's deleter and the end of its lease (epoch ms).
+        self._deleting: dict[str, tuple[str, int]] = {}
         #: Called with the name of each removed record (a linked registry's cascade).
         self.on_remove: list[Callable[[str], None]] = []
 
@@ -533,13 +535,46 @@ class InMemoryKnowledgeBaseStore:
         )
         return True
 
-    async def mark_deleting(self, name: str) -> bool:
+    async def mark_deleting(self, name: str, owner: str, until_ms: int) -> bool:
         await self._enter("mark_deleting")
         current = self._records.get(name)
         if current is None or current.state != ACTIVE:
             return False
         self._records[name] = replace(current, state=DELETING)
+        self._deleting[name] = (owner, until_ms)
         return True
+
+    async def renew_deleting(self, name: str, owner: str, until_ms: int) -> bool:
+        await self._enter("renew_deleting")
+        if self._deleter(name) != owner:
+            return False
+        self._deleting[name] = (owner, until_ms)
+        return True
+
+    async def claim_deleting(self, owner: str, now_ms: int, until_ms: int) -> list[str]:
+        await self._enter("claim_deleting")
+        claimed = []
+        for name in sorted(self._records):
+            if (
+                self._records[name].state == DELETING
+                and self._deleting.get(name, ("", 0))[1] < now_ms
+            ):
+                self._deleting[name] = (owner, until_ms)
+                claimed.append(name)
+        return claimed
+
+    async def remove_deleted(self, name: str, owner: str) -> bool:
+        await self._enter("remove_deleted")
+        if self._deleter(name) != owner:
+            return False
+        await self.remove(name)
+        return True
+
+    def _deleter(self, name: str) -> str | None:
+        current = self._records.get(name)
+        if current is None or current.state != DELETING:
+            return None
+        return self._deleting.get(name, ("", 0))[0]
 
     async def get(self, name: str) -> KnowledgeBaseRecord | None:
         await self._enter("get")
@@ -548,6 +583,7 @@ class InMemoryKnowledgeBaseStore:
     async def remove(self, name: str) -> None:
         await self._enter("remove")
         self._records.pop(name, None)
+        self._deleting.pop(name, None)
         for hook in self.on_remove:
             hook(name)
 

@@ -537,7 +537,7 @@ async def test_a_write_into_a_knowledge_base_that_is_not_active_is_refused(
     name = "knowledge_bases/doomed"
     if state == "deleting":
         assert await stores.knowledge_bases.create(KnowledgeBaseRecord(name, "", "", 1))
-        assert await stores.knowledge_bases.mark_deleting(name)
+        assert await stores.knowledge_bases.mark_deleting(name, "deleter", 1)
     doomed = replace(entry("a.txt", "v1", COMMITTED), knowledge_base=name)
     fine = entry("a.txt", "v1", COMMITTED)
     with pytest.raises(NotFound) as raised:

@@ -214,12 +214,40 @@ async def test_knowledge_base_records(stores: Stores) -> None:
     assert await kbs.get(b.name) == KnowledgeBaseRecord(b.name, "B2", "", b.create_time)
     assert not await kbs.update(KnowledgeBaseRecord("knowledge_bases/zzz", "Z"))
     assert await kbs.get("knowledge_bases/zzz") is None  # never inserted by an update
-    assert await kbs.mark_deleting(b.name)
-    assert not await kbs.mark_deleting(b.name)  # once
+    assert await kbs.mark_deleting(b.name, "deleter-1", 2_000)
+    assert not await kbs.mark_deleting(b.name, "deleter-2", 2_000)  # once
     marked = KnowledgeBaseRecord(b.name, "B2", "", b.create_time, DELETING)
     assert await kbs.get(b.name) == marked
     assert not await kbs.update(KnowledgeBaseRecord(b.name, "B3"))  # a deletion is not undone
     assert await kbs.get(b.name) == marked
     await kbs.remove(b.name)
-    assert not await kbs.mark_deleting(b.name)
+    assert not await kbs.mark_deleting(b.name, "deleter-1", 2_000)
     assert await kbs.all() == sorted([a, *SEEDED], key=lambda r: r.name)
+
+
+async def test_a_deletion_lease_is_claimed_only_once_expired_and_removes_only_its_own(
+    stores: Stores,
+) -> None:
+    """The DELETING mark's lease (docs/api.md#knowledge-bases): reconciliation on another
+    replica claims a deletion only after its deleter stopped renewing; only the current
+    deleter removes the record, so a knowledge base created again is never removed."""
+    kbs = stores.knowledge_bases
+    name = "knowledge_bases/doomed"
+    assert await kbs.create(KnowledgeBaseRecord(name, "", "", 1))
+    assert await kbs.mark_deleting(name, "first", 1_000)
+    assert await kbs.claim_deleting("second", 999, 5_000) == []  # the lease lives
+    assert await kbs.renew_deleting(name, "first", 2_000)
+    assert not await kbs.renew_deleting(name, "second", 9_000)
+    assert await kbs.claim_deleting("second", 1_500, 5_000) == []  # renewed to 2 000
+    assert await kbs.claim_deleting("second", 2_001, 5_000) == [name]
+    assert await kbs.claim_deleting("third", 2_001, 5_000) == []  # one claimant
+    assert not await kbs.renew_deleting(name, "first", 9_000)  # first lost it
+    assert not await kbs.remove_deleted(name, "first")
+    assert await kbs.remove_deleted(name, "second")
+    assert await kbs.get(name) is None
+    # Created again at once: no deleter, stale or current, removes the new record.
+    assert await kbs.create(KnowledgeBaseRecord(name, "again", "", 2))
+    assert not await kbs.remove_deleted(name, "first")
+    assert not await kbs.remove_deleted(name, "second")
+    assert await kbs.claim_deleting("third", 10**12, 10**12 + 1) == []
+    assert (await kbs.get(name)) == KnowledgeBaseRecord(name, "again", "", 2)

@@ -116,3 +116,14 @@ def test_milvus_lite_alloc_timestamp_noise_is_dropped_and_nothing_else() -> None
     assert not noise.filter(_unimplemented_record("AllocTimestamp"))
     assert noise.filter(_unimplemented_record("Search"))
     assert noise.filter(logging.LogRecord("x", logging.ERROR, __file__, 1, "plain", (), None))
+
+
+def test_every_database_operation_is_a_metric_label() -> None:
+    # supermew_db_errors_total{operation} takes a fixed set; a store call outside it would be
+    # counted as "other" and lose its name.
+    from retrieval_service.metrics import DB_OPERATIONS
+
+    used: set[str] = set()
+    for path in (ROOT / "retrieval_service" / "adapters" / "sql").glob("*.py"):
+        used |= set(re.findall(r'\.(?:read|write)\("([a-z_]+)"\)', path.read_text()))
+    assert used and used <= set(DB_OPERATIONS)

@@ -24,6 +24,8 @@ def _row(record: KnowledgeBaseRecord) -> dict[str, Any]:
         "description": record.description,
         "create_time": record.create_time,
         "state": record.state,
+        "deleter": "",
+        "deleting_until_ms": 0,
     }
 
 
@@ -61,13 +63,58 @@ class SqlKnowledgeBaseStore:
             result = await connection.execute(statement)
         return bool(result.rowcount == 1)
 
-    async def mark_deleting(self, name: str) -> bool:
+    async def mark_deleting(self, name: str, owner: str, until_ms: int) -> bool:
         statement = (
             update(knowledge_bases)
             .where(_K.name == name, _K.state == ACTIVE)
-            .values(state=DELETING)
+            .values(state=DELETING, deleter=owner, deleting_until_ms=until_ms)
         )
         async with self._db.write("knowledge_bases_mark_deleting") as connection:
+            result = await connection.execute(statement)
+        return bool(result.rowcount == 1)
+
+    async def renew_deleting(self, name: str, owner: str, until_ms: int) -> bool:
+        statement = (
+            update(knowledge_bases)
+            .where(_K.name == name, _K.state == DELETING, _K.deleter == owner)
+            .values(deleting_until_ms=until_ms)
+        )
+        async with self._db.write("knowledge_bases_renew_deleting") as connection:
+            result = await connection.execute(statement)
+        return bool(result.rowcount == 1)
+
+    async def claim_deleting(self, owner: str, now_ms: int, until_ms: int) -> list[str]:
+        async with self._db.read("knowledge_bases_all") as connection:
+            expired = [
+                (row.name, row.deleter, row.deleting_until_ms)
+                for row in await connection.execute(
+                    select(_K.name, _K.deleter, _K.deleting_until_ms).where(
+                        _K.state == DELETING, _K.deleting_until_ms < now_ms
+                    )
+                )
+            ]
+        claimed = []
+        for name, deleter, until in expired:
+            statement = (
+                update(knowledge_bases)
+                .where(
+                    _K.name == name,
+                    _K.state == DELETING,
+                    _K.deleter == deleter,
+                    _K.deleting_until_ms == until,
+                )
+                .values(deleter=owner, deleting_until_ms=until_ms)
+            )
+            async with self._db.write("knowledge_bases_claim_deleting") as connection:
+                if (await connection.execute(statement)).rowcount == 1:
+                    claimed.append(name)
+        return claimed
+
+    async def remove_deleted(self, name: str, owner: str) -> bool:
+        statement = delete(knowledge_bases).where(
+            _K.name == name, _K.state == DELETING, _K.deleter == owner
+        )
+        async with self._db.write("knowledge_bases_remove") as connection:
             result = await connection.execute(statement)
         return bool(result.rowcount == 1)
 

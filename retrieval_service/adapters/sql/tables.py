@@ -60,6 +60,9 @@ knowledge_bases = Table(
     Column("description", Text, nullable=False, default=""),
     Column("create_time", BigInteger, nullable=False),
     Column("state", SmallInteger, nullable=False, default=0),
+    # A DELETING record's deleter and the end of its lease (epoch ms), renewed while it purges.
+    Column("deleter", String(32), nullable=False, default=""),
+    Column("deleting_until_ms", BigInteger, nullable=False, default=0),
 )
 
 document_versions = Table(

@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0003_operations"
-down_revision = "0001_control_plane"
+down_revision = "0002_deleting_lease"
 branch_labels = None
 depends_on = None
 
