@@ -156,3 +156,55 @@ def test_a_killed_replicas_import_finishes_on_the_other(
             b.stop()
         server.stop()
         embeddings.stop()
+
+
+def test_sigterm_stops_an_import_at_its_checkpoint_and_a_restart_finishes_it(
+    folder: Path,
+) -> None:
+    """One replica on embedded Milvus Lite and SQLite: SIGTERM mid-import; the drain lets the
+    job reach its next checkpoint and gives its lease up (the process exits 0, the operation
+    is not FAILED), and the same replica restarted resumes it at once and finishes it."""
+    embeddings = EmbeddingsServer(DIM, batch_delay=0.05).start()
+    env = {
+        **embedding_env(embeddings),
+        "MILVUS_URI": str(folder / "kb.db"),
+        "INGEST_LEASE_SECONDS": "30",  # a restart must not wait for it: the lease is given up
+        "IMPORT_ROOTS": str(folder),
+        "IMPORT_WORKERS": "1",
+        "SHUTDOWN_GRACE_SECONDS": "20",
+    }
+    first = ServiceProcess(folder / "first.log", env)
+    second: ServiceProcess | None = None
+    try:
+        ops = operations_pb2_grpc.OperationsStub(first.channel)
+        op = first.stub.ImportDocuments(
+            retrieval_pb2.ImportDocumentsRequest(uris=[(folder / "docs").as_uri()]), timeout=30
+        )
+        get = operations_pb2.GetOperationRequest(name=op.name)
+        until(lambda: progress(ops.GetOperation(get)).documents_new >= 48, 120)
+        first.channel.close()
+        first.proc.terminate()
+        assert first.proc.wait(timeout=60) == 0
+        log = (folder / "first.log").read_text()
+        assert "stopping at its checkpoint" in log or "stopped by the shutdown" in log, log[-3000:]
+
+        second = ServiceProcess(folder / "second.log", env)
+        done = operations_pb2_grpc.OperationsStub(second.channel).WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=op.name, timeout=duration_pb2.Duration(seconds=240)
+            ),
+            timeout=250,
+        )
+        meta = progress(done)
+        assert done.WhichOneof("result") == "response", done.error
+        assert meta.state == State.SUCCEEDED and meta.documents_failed == 0
+        assert meta.documents_new + meta.documents_unchanged == DOCUMENTS
+        listing = second.stub.ListDocuments(
+            retrieval_pb2.ListDocumentsRequest(page_size=1000), timeout=30
+        ).documents
+        assert len(listing) == DOCUMENTS
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        embeddings.stop()
