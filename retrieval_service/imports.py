@@ -356,6 +356,7 @@ class Imports:
             groups=stored_groups,
             stopping=lambda: self.stopping,
             checkpoint=ImportCheckpoint.from_json(claimed.checkpoint),
+            cancel=record.cancel_requested,
         )
         log.info(
             "import %s: running%s",

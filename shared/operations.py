@@ -194,7 +194,8 @@ class OperationStore(Protocol):
         ...
 
     async def request_cancel(self, op_id: str, now_ms: int) -> OperationRecord | None:
-        """Asks the job to stop (a QUEUED one is CANCELLED at once); None when unknown."""
+        """Asks the job to stop (a queued one stops as soon as a runner claims it); None
+        when unknown."""
         ...
 
     async def delete(self, op_id: str) -> bool:

@@ -582,3 +582,24 @@ async def test_metrics_count_import_results_and_operation_states(tmp_path: Path)
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.2)
         assert sample("supermew_operations", state="RUNNING") == 0
+
+
+async def test_a_queued_import_cancelled_reads_nothing(tmp_path: Path) -> None:
+    busy = write_folder(
+        tmp_path / "busy", {f"f{i:03}.md": f"Busy {i}. " + PARAGRAPH * 2 for i in range(400)}
+    )
+    queued = write_folder(tmp_path / "queued", {"q.md": PARAGRAPH})
+    async with service(
+        tmp_path, import_roots=str(tmp_path), import_workers=1, embedder=HashingEmbedder()
+    ) as (svc, ops):
+        running = await start(svc, uris=[busy.as_uri()])
+        waiting = await start(svc, uris=[queued.as_uri()])
+        assert progress(waiting).state == State.QUEUED
+        await ops.CancelOperation(operations_pb2.CancelOperationRequest(name=waiting.name))
+        await ops.CancelOperation(operations_pb2.CancelOperationRequest(name=running.name))
+        cancelled = await wait(ops, waiting.name)
+        assert progress(cancelled).state == State.CANCELLED
+        assert cancelled.error.code == grpc.StatusCode.CANCELLED.value[0]
+        assert progress(cancelled).documents_total == 0
+        assert "q.md" not in await documents(svc)
+        assert progress(await wait(ops, running.name)).state == State.CANCELLED

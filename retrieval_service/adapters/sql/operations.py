@@ -123,15 +123,12 @@ class SqlOperationStore:
         return OperationPage(rows, page_token(rows[-1].id) if more and rows else "")
 
     async def request_cancel(self, op_id: str, now_ms: int) -> OperationRecord | None:
+        # A queued job is cancelled by the runner that claims it (at once, before it reads
+        # anything), so its metadata and error are written by the job's own code.
         async with self._db.write("operations_cancel") as connection:
             await connection.execute(
                 update(operations)
-                .where(_O.id == op_id, _O.state == OperationState.QUEUED)
-                .values(state=OperationState.CANCELLED, cancel_requested=True, update_time=now_ms)
-            )
-            await connection.execute(
-                update(operations)
-                .where(_O.id == op_id, _O.state == OperationState.RUNNING)
+                .where(_O.id == op_id, _O.state < OperationState.SUCCEEDED)
                 .values(cancel_requested=True)
             )
             row = (await connection.execute(select(*_RECORD_COLUMNS).where(_O.id == op_id))).first()

@@ -209,6 +209,9 @@ class ImportJob:
         Raises the DomainError that failed the whole import (FAILED_PRECONDITION for the
         deletion guard, UNAVAILABLE for a store or embedder that is down)."""
         spec = self._spec
+        if self._progress.cancel_requested:  # cancelled while queued: read nothing
+            checkpoint.cancelled = True
+            return checkpoint
         sources = {uri: self._open(uri) for uri in spec.uris}
         work, refused, skipped, previous = await self._list(sources)
         missing = self._guard_deletions(work, previous)
