@@ -358,6 +358,14 @@ async def test_the_operations_api_checks_its_input(tmp_path: Path) -> None:
             )
         )
         assert not early.done
+        # … and the caller's deadline, shorter than its timeout: the operation as it is, OK.
+        before_deadline = await ops.WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=op.name, timeout=duration_pb2.Duration(seconds=60)
+            ),
+            timeout=0.5,
+        )
+        assert not before_deadline.done
         with pytest.raises(grpc.aio.AioRpcError) as running:
             await ops.DeleteOperation(operations_pb2.DeleteOperationRequest(name=op.name))
         assert running.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -368,6 +376,18 @@ async def test_the_operations_api_checks_its_input(tmp_path: Path) -> None:
         )
         assert [o.name for o in listed.operations] == [op.name]
         await wait(ops, op.name)
+        # Paged newest first.
+        names = [op.name]
+        for _ in range(2):
+            names.append((await start(svc, uris=[root.as_uri()])).name)
+        first = await ops.ListOperations(operations_pb2.ListOperationsRequest(page_size=2))
+        assert [o.name for o in first.operations] == names[::-1][:2] and first.next_page_token
+        rest = await ops.ListOperations(
+            operations_pb2.ListOperationsRequest(page_size=2, page_token=first.next_page_token)
+        )
+        assert [o.name for o in rest.operations] == [names[0]] and not rest.next_page_token
+        for name in names:
+            await wait(ops, name)
 
 
 async def test_the_cli_imports_waits_and_follows_operations(tmp_path: Path) -> None:
