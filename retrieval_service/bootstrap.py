@@ -301,6 +301,8 @@ async def create_app(
         await knowledge_bases.ensure_default()
         await knowledge_bases.reconcile(sole_writer=app.sole_writer)
         await ingestor.reconcile(sole_writer=app.sole_writer)
+        if app.sole_writer:
+            await imports.resume_abandoned()
         level = recall.leaf_level
         problem = unanalysed_problem(
             level, milvus.level_collection(level), await chunks.unanalysed_filename(level)

@@ -232,6 +232,12 @@ class Imports:
         checkpoint and give their lease up."""
         return self._stopping or self._draining.begun
 
+    async def resume_abandoned(self) -> None:
+        """At the start of the only process that can run imports (embedded Milvus Lite): the
+        running ones are a dead process's, resumed at once instead of after their lease."""
+        if released := await self._store.release_all():
+            log.info("resuming %d import(s) a stopped process left", released)
+
     def ensure_running(self) -> None:
         """Starts the runner unless it runs (at start-up, to resume what a stopped replica
         left, and at the first import)."""

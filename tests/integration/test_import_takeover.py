@@ -208,3 +208,46 @@ def test_sigterm_stops_an_import_at_its_checkpoint_and_a_restart_finishes_it(
         if second is not None:
             second.stop()
         embeddings.stop()
+
+
+def test_a_killed_embedded_replica_resumes_its_import_at_restart_without_waiting(
+    folder: Path,
+) -> None:
+    """Embedded Milvus Lite and SQLite, kill -9 mid-import, a lease far longer than the test's
+    wait: the restarted process (the only one that can run the job) resumes it at once."""
+    embeddings = EmbeddingsServer(DIM, batch_delay=0.05).start()
+    env = {
+        **embedding_env(embeddings),
+        "MILVUS_URI": str(folder / "kb.db"),
+        "INGEST_LEASE_SECONDS": "600",
+        "IMPORT_ROOTS": str(folder),
+        "IMPORT_WORKERS": "1",
+    }
+    first = ServiceProcess(folder / "first.log", env)
+    second: ServiceProcess | None = None
+    try:
+        ops = operations_pb2_grpc.OperationsStub(first.channel)
+        op = first.stub.ImportDocuments(
+            retrieval_pb2.ImportDocumentsRequest(uris=[(folder / "docs").as_uri()]), timeout=30
+        )
+        get = operations_pb2.GetOperationRequest(name=op.name)
+        until(lambda: progress(ops.GetOperation(get)).documents_new >= 48, 120)
+        first.proc.kill()
+        first.proc.wait(timeout=30)
+        second = ServiceProcess(folder / "second.log", env)
+        done = operations_pb2_grpc.OperationsStub(second.channel).WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=op.name, timeout=duration_pb2.Duration(seconds=120)
+            ),
+            timeout=130,
+        )
+        assert done.done, "not resumed within 120 s (the lease is 600 s)"
+        meta = progress(done)
+        assert meta.state == State.SUCCEEDED
+        assert meta.documents_new + meta.documents_unchanged == DOCUMENTS
+        assert "resuming 1 import(s)" in (folder / "second.log").read_text()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        embeddings.stop()

@@ -308,6 +308,17 @@ class SqlOperationStore:
                 .values(lease_expires_ms=0)
             )
 
+    async def release_all(self) -> int:
+        """Gives every running operation's lease up: at the start of the only process that
+        can run them (embedded Milvus Lite), they are a dead process's; returns how many."""
+        async with self._db.write("operations_release") as connection:
+            result = await connection.execute(
+                update(operations)
+                .where(_O.state == OperationState.RUNNING)
+                .values(lease_expires_ms=0)
+            )
+        return int(result.rowcount or 0)
+
     async def counts(self) -> dict[OperationState, int]:
         """How many operations are in each state (the `supermew_operations` gauge)."""
         async with self._db.read("operations_counts") as connection:
