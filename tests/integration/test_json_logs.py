@@ -56,7 +56,9 @@ def test_every_stderr_line_is_json_and_introspection_is_debug(tmp_path: Path) ->
     )
     output = Output(proc)
     try:
-        output.wait_for("supermew.v1.RetrievalService on", proc)
+        output.wait_for(
+            "serving supermew.v1.RetrievalService, google.longrunning.Operations on", proc
+        )
         target = f"127.0.0.1:{port}"
         for argv in (
             [GRPCURL, "-plaintext", target, "list"],
