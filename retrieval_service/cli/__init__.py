@@ -6,6 +6,7 @@ Milvus Lite allows one process per data directory):
     python -m retrieval_service delete [NAME…] [--document-id ID]… [--kb ID]
     python -m retrieval_service search QUERY [--kb ID]… [--filter EXPR] [--top-k N]
     python -m retrieval_service sync DIR --kb ID [--metadata K=V]… [--dry-run]
+        [--max-deletion-percent N] [--allow-deletions]
     python -m retrieval_service import URI… [--kb ID] [--include G]… [--exclude G]…
         [--metadata K=V]… [--delete-missing [--max-deletion-percent N]] [--request-id ID] [--wait]
     python -m retrieval_service operations list [--filter F] [--kb ID] · get|wait|cancel NAME
@@ -106,6 +107,17 @@ def build_parser(settings: CliSettings) -> argparse.ArgumentParser:
     p.add_argument("--kb", required=True, help="the knowledge base id or name")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help=meta_help)
     p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+    p.add_argument(
+        "--max-deletion-percent",
+        type=int,
+        default=50,
+        metavar="N",
+        help="refuse (before changing anything) to delete more than N%% of the knowledge "
+        "base's documents (default 50)",
+    )
+    p.add_argument(
+        "--allow-deletions", action="store_true", help="delete whatever share the folder lacks"
+    )
 
     add_import_parsers(sub, command, kb_flag, meta_help)
 

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from retrieval_service.cli.common import (
     INGEST_TIMEOUT_SECONDS,
+    SIDECAR_SUFFIX,
     Json,
     Metadata,
     deadline,
@@ -72,6 +73,33 @@ def local_documents(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def unsupported_files(root: Path) -> list[str]:
+    """The paths (relative to `root`, `/`-separated) of the files `sync` leaves out because
+    their type is not ingested: every one is named, so none goes missing without a word.
+    Hidden files and folders and `<file>.meta.json` sidecars are not counted."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+            continue
+        if not supported(path.name) and not path.name.endswith(SIDECAR_SUFFIX):
+            out.append(relative.as_posix())
+    return out
+
+
+def deletion_refused(gone: int, stored: int, args: argparse.Namespace) -> str | None:
+    """Why `sync` refuses to delete `gone` of the knowledge base's `stored` documents (more
+    than --max-deletion-percent of them, without --allow-deletions); None when it may."""
+    limit = args.max_deletion_percent
+    if args.allow_deletions or not gone or gone * 100 <= limit * stored:
+        return None
+    return (
+        f"sync refused: it would delete {gone} of the {stored} documents of the knowledge base "
+        f"(more than {limit}%); nothing was sent or deleted. Pass --allow-deletions (or a "
+        "higher --max-deletion-percent) if the folder is right"
+    )
+
+
 def _sync_summary(lines: list[SyncLine]) -> dict[str, int]:
     return {
         action: sum(line.action == action for line in lines)
@@ -83,6 +111,8 @@ def sync(
     stub: retrieval_pb2_grpc.RetrievalServiceStub, args: argparse.Namespace, metadata: Metadata
 ) -> int:
     """Makes the knowledge base hold exactly the folder's files (see the package docstring)."""
+    if not 0 <= args.max_deletion_percent <= 100:
+        raise ValueError(f"--max-deletion-percent must be 0..100, got {args.max_deletion_percent}")
     root = Path(args.dir)
     if not root.is_dir():
         raise FileNotFoundError(f"no such folder: {args.dir}")
@@ -126,6 +156,17 @@ def sync(
             to_send.append(("changed", document_id, path, values, same_bytes))
         else:
             report(SyncLine("unchanged", document_id, str(path), leaves=old.l3_chunks))
+    skipped = unsupported_files(root)
+    if out is not None:
+        for relative in skipped:
+            kind = Path(relative).suffix or "(no extension)"
+            tqdm.write(f"skipped {relative}: unsupported file type {kind}", file=out)
+
+    # Before anything is sent: an empty or wrong folder must not empty the knowledge base.
+    refusal = deletion_refused(len(set(stored) - present), len(stored), args)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return 1
 
     bars = Bars([] if args.dry_run else [p for _, _, p, _, _ in to_send])
     try:
@@ -192,6 +233,7 @@ def sync(
             "knowledge_base": knowledge_base,
             "dry_run": args.dry_run,
             "files": [asdict(line) for line in lines],
+            "skipped": skipped,
             "summary": summary,
         }
         print(json.dumps(outcome, ensure_ascii=False, indent=2))

@@ -283,3 +283,43 @@ async def test_sync_reports_a_bad_file_and_keeps_its_stored_document(tmp_path: P
     assert "deleted broken.md" not in out  # a file that failed is still there
     assert set(stored) == {"ok.md", "broken.md"}
     assert out.strip().splitlines()[-1].endswith("0 deleted, 2 failed")
+
+
+async def test_sync_refuses_to_empty_a_knowledge_base_and_names_skipped_files(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "docs"
+    for i, text in enumerate((LEAVE, PAY, QUOTA)):
+        _write(folder / f"n{i}.md", text)
+    async with running_service(tmp_path / "kb.db", embedder=HashingEmbedder()) as svc:
+        port = svc.port
+        assert (await _cli(port, "kb", "create", "hr"))[0] == 0
+        assert (await _cli(port, "sync", str(folder), "--kb", "hr"))[0] == 0
+        # The folder emptied of what sync reads (only an unsupported file left).
+        for i in range(3):
+            (folder / f"n{i}.md").unlink()
+        (folder / "scan.xyz").write_bytes(b"\x00")
+        for extra in ((), ("--dry-run",)):
+            rc, out, err = await _cli(port, "sync", str(folder), "--kb", "hr", *extra)
+            assert rc == 1, (out, err)
+            assert "would delete 3 of the 3 documents" in err and "--allow-deletions" in err
+            assert "skipped scan.xyz: unsupported file type .xyz" in out
+            assert set(await _documents(svc, "knowledge_bases/hr")) == {"n0.md", "n1.md", "n2.md"}
+        # One of three gone: within the default 50 %.
+        _write(folder / "n0.md", LEAVE)
+        _write(folder / "n1.md", PAY)
+        rc, out, _ = await _cli(port, "sync", str(folder), "--kb", "hr")
+        assert rc == 0 and "deleted n2.md" in out
+        (folder / "n0.md").unlink()
+        (folder / "n1.md").unlink()
+        rc, _, err = await _cli(
+            port, "sync", str(folder), "--kb", "hr", "--max-deletion-percent", "99"
+        )
+        assert rc == 1 and "more than 99%" in err
+        rc, out, _ = await _cli(port, "sync", str(folder), "--kb", "hr", "--allow-deletions")
+        assert rc == 0 and "deleted n0.md" in out and "deleted n1.md" in out
+        assert await _documents(svc, "knowledge_bases/hr") == {}
+        rc, _, err = await _cli(
+            port, "sync", str(folder), "--kb", "hr", "--max-deletion-percent", "101"
+        )
+        assert rc == 2 and "--max-deletion-percent" in err
