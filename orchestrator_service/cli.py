@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         # `… | head` closed the pipe: stop quietly, no traceback now or at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str] | None) -> int:

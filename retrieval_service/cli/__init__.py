@@ -52,6 +52,7 @@ error the service answers prints its status and message and exits 1."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from retrieval_service.cli.common import (
@@ -146,6 +147,9 @@ def main(argv: list[str]) -> int:
         return _main(argv)
     except BrokenPipeError:
         return closed_pipe()
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:
