@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -145,7 +146,30 @@ async def _abort_for(
     assert isinstance(exc, DomainError) and mapped is not None
     if mapped[0] == grpc.StatusCode.INTERNAL:
         log.error("%s failed%s: %s", method, subject_of(request), mapped[1])
+    elif _DOCUMENT_INDEX.search(mapped[1]):
+        # A refused write names its document by position; the log line names it by id too,
+        # so an operator finds the file among a request's many (the caller has the index).
+        log.info(
+            "%s refused%s: %s", method, subject_of(request), named_documents(mapped[1], request)
+        )
     await abort_with(context, error_status(exc, mapped[0]))
+
+
+_DOCUMENT_INDEX = re.compile(r"documents\[(\d+)\]")
+
+
+def named_documents(message: str, request: Any) -> str:
+    """`message` with each `documents[i]` followed by that document's id (or file name)."""
+    documents = list(getattr(request, "documents", ()) or ())
+
+    def name(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        if index >= len(documents):
+            return match.group(0)
+        doc = documents[index]
+        return f"{match.group(0)} ({doc.document_id or doc.filename})"
+
+    return _DOCUMENT_INDEX.sub(name, message)
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:

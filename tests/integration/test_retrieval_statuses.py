@@ -6,7 +6,9 @@ verdict on the caller's fields carries typed details the orchestrator passes on.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+from pathlib import Path
 
 import grpc
 import pytest
@@ -186,3 +188,29 @@ async def test_the_orchestrator_passes_an_unknown_knowledge_base_on_naming_the_f
     assert said.startswith("knowledge_bases[0]: ") and "nope" in said
     assert (err.value.code(), err.value.details()) == (grpc.StatusCode.NOT_FOUND, said)
     assert read_details(err.value) == ErrorDetails("NOT_FOUND", "knowledge_bases[0]")
+
+
+async def test_a_refused_ingest_is_logged_naming_the_document(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller hears `documents[2].content`; the service's log line also names the
+    document (its id, else its file name), so an operator finds it among many."""
+    async with running_service(tmp_path / "kb.db") as svc:
+        request = retrieval_pb2.IngestDocumentsRequest(
+            documents=[
+                retrieval_pb2.SourceDocument(filename="a.md", content=b"Fine text."),
+                retrieval_pb2.SourceDocument(filename="b.md", content=b"Fine too."),
+                retrieval_pb2.SourceDocument(
+                    filename="c.md", content=b"", document_id="guides/empty.md"
+                ),
+            ]
+        )
+        with (
+            caplog.at_level(logging.INFO, logger="shared.serve"),
+            pytest.raises(grpc.aio.AioRpcError) as refused,
+        ):
+            await svc.stub.IngestDocuments(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (refused.value.details() or "").startswith("documents[2].content")
+        lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert any("documents[2] (guides/empty.md).content" in line for line in lines), lines
