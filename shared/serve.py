@@ -313,10 +313,13 @@ class GrpcServer:
         port_setting: str = "the port",
         reuse_port: bool = False,
         draining: Draining | None = None,
+        details: Sequence[str] = (),
     ) -> None:
         self._settings = settings
         self._policies = policies
         self.draining = draining or Draining()
+        #: What the service adds to its start-up line (retrieval: its embedder).
+        self._details = tuple(details)
         self._reuse_port = reuse_port
         self._requested_port = port
         self._port_setting = port_setting
@@ -419,6 +422,7 @@ class GrpcServer:
         ]
         if self.health_port:
             parts.append(f"health {s.bind_host}:{self.health_port}")
+        parts += self._details
         return "; ".join(parts)
 
     def _auth_description(self) -> str:

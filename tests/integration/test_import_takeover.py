@@ -246,6 +246,7 @@ def test_a_killed_embedded_replica_resumes_its_import_at_restart_without_waiting
         assert meta.state == State.SUCCEEDED
         assert meta.documents_new + meta.documents_unchanged == DOCUMENTS
         assert "resuming 1 import(s)" in (folder / "second.log").read_text()
+        assert "embedder openai:fake (dim 64)" in (folder / "second.log").read_text()
     finally:
         first.stop()
         if second is not None:

@@ -59,6 +59,9 @@ def test_every_stderr_line_is_json_and_introspection_is_debug(tmp_path: Path) ->
         output.wait_for(
             "serving supermew.v1.RetrievalService, google.longrunning.Operations on", proc
         )
+        # The start-up line says which embedder serves (here the built-in model) and its engine.
+        serving = next(line for line in output.lines if "serving supermew.v1" in line)
+        assert "embedder built-in multilingual-e5-small, the " in serving, serving
         target = f"127.0.0.1:{port}"
         for argv in (
             [GRPCURL, "-plaintext", target, "list"],
