@@ -99,7 +99,7 @@ def ready_block(envs: Mapping[str, Mapping[str, str]]) -> str:
         mtls = " (mTLS)" if env.get("TLS_CLIENT_CA_FILE") else ""
         lines.append(
             f"  {name.removesuffix('_service'):<12} localhost:{port}  "
-            f"TLS {'on' if tls else 'off'}{mtls}  auth {'on' if env.get('AUTH_TOKEN') else 'off'}  "
+            f"TLS {'on' if tls else 'off'}{mtls}  auth {'on' if _auth_on(env) else 'off'}  "
             + (f"metrics http://{host}:{metrics}/metrics" if metrics else "metrics off")
         )
     orchestrator = envs["orchestrator_service"]
@@ -113,18 +113,47 @@ def ready_block(envs: Mapping[str, Mapping[str, str]]) -> str:
             cert, key = ca.parent / "client.pem", ca.parent / "client.key"
             cli += f" --tls-cert {cert} --tls-key {key}"
             grpcurl += f" -cert {cert} -key {key}"
-    if orchestrator.get("AUTH_TOKEN"):
-        grpcurl += ' -H "authorization: Bearer $AUTH_TOKEN"'
+    lines.append("try:")
+    if _auth_on(orchestrator):
+        # Every call needs a key: the CLIs send SUPERMEW_API_KEY (else AUTH_TOKEN) as a bearer
+        # token; grpcurl is given the header.
+        variable = "AUTH_TOKEN" if orchestrator.get("AUTH_TOKEN") else "SUPERMEW_API_KEY"
+        if variable == "SUPERMEW_API_KEY":
+            lines.append("  export SUPERMEW_API_KEY=<a key of AUTH_KEYS_FILE>")
+        grpcurl += f' -H "authorization: Bearer ${variable}"'
     lines += [
-        "try:",
         f'  .venv/bin/python -m orchestrator_service ask "What is an event loop?"{cli}',
         f"  .venv/bin/grpcurl{grpcurl} localhost:{port} list",
     ]
     return "\n".join(lines)
 
 
+def _auth_on(env: Mapping[str, str]) -> bool:
+    """Whether calls need a key: AUTH_TOKEN or AUTH_KEYS_FILE set (docs/api.md#api-keys)."""
+    return bool(env.get("AUTH_TOKEN") or env.get("AUTH_KEYS_FILE"))
+
+
+def taken_port(envs: Mapping[str, Mapping[str, str]], host: str) -> str | None:
+    """The first service port another process already listens on, as one line naming its
+    setting; None when all are free. Checked before starting: otherwise that process would
+    answer on the port and make a service that failed to bind look ready."""
+    for name in SERVICES:
+        port = _port(envs[name], PORT_SETTINGS[name], DEFAULT_PORTS[name])
+        if port and _listening(host, port):
+            return (
+                f"make run: {PORT_SETTINGS[name]}={port} is already in use by another process "
+                f"(an earlier `make run`?); stop it or set {PORT_SETTINGS[name]}"
+            )
+    return None
+
+
 def main() -> int:
     envs = environments(os.environ)
+    bound = os.environ.get("BIND_HOST", "127.0.0.1")
+    check_host = "127.0.0.1" if bound in ("0.0.0.0", "", "[::]", "::") else bound.strip("[]")
+    if (taken := taken_port(envs, check_host)) is not None:
+        print(taken, file=sys.stderr)
+        return 2
     procs = [
         subprocess.Popen([sys.executable, "-m", name], cwd=ROOT, env=envs[name])
         for name in SERVICES
@@ -153,7 +182,10 @@ def main() -> int:
             waiting = not announced and time.monotonic() < deadline
             if waiting and all(_listening(host, port) for port in ports):
                 time.sleep(0.5)  # the services' start-up lines come first
-                print(ready_block(envs), file=sys.stderr, flush=True)
+                # A port may answer for another process while ours failed to start (it was
+                # taken): ready only while every service of this run is alive.
+                if all(proc.poll() is None for proc in procs):
+                    print(ready_block(envs), file=sys.stderr, flush=True)
                 announced = True
             time.sleep(0.2)
         stop()

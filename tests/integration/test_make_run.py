@@ -112,7 +112,7 @@ def test_make_run_with_one_metrics_port_gives_each_service_its_own(make_run) -> 
     text = "".join(output.lines)
     metrics = {"retrieval": ports["metrics"], "orchestrator": ports["metrics"] + 1}
     for service, name in (("retrieval", "Retrieval"), ("orchestrator", "Orchestrator")):
-        started = [line for line in output.lines if f"supermew.v1.{name}Service on" in line]
+        started = [line for line in output.lines if f"serving supermew.v1.{name}Service" in line]
         assert len(started) == 1, text
         assert f"127.0.0.1:{ports[service]}" in started[0], started[0]
         assert f"metrics http://127.0.0.1:{metrics[service]}/metrics" in started[0], started[0]
