@@ -165,5 +165,5 @@ def mismatch_hint(details: str, *, tls: bool, setting: str = "--tls-ca <ca.pem>"
     if not tls and "Socket closed" in details:
         return f" (is the server TLS-only? then call it over TLS: {setting})"
     if tls and "WRONG_VERSION_NUMBER" in details:
-        return " (the server speaks plaintext: call it without the TLS flags and settings)"
+        return f" (the server speaks plaintext: call it without TLS, i.e. no {setting})"
     return ""

@@ -346,9 +346,9 @@ async def test_a_tls_mismatch_from_the_clis_says_which_setting_to_use(mtls: Mtls
             sys.executable, "-m", "orchestrator_service", "ask", QUESTION,
             "--addr", f"localhost:{port}", "--tls-ca", str(mtls.ca.ca), env=_cli_env(),
         )  # fmt: skip
-        assert rc == 1 and "speaks plaintext" in err, err
+        assert rc == 1 and "speaks plaintext" in err and "--tls-ca" in err, err
         env = _cli_env(RETRIEVAL_ADDR=f"localhost:{port}", RETRIEVAL_TLS_CA_FILE=str(mtls.ca.ca))
         rc, _, err = await _exec(sys.executable, "-m", "retrieval_service", "list", env=env)
-        assert rc == 1 and "speaks plaintext" in err, err
+        assert rc == 1 and "speaks plaintext" in err and "RETRIEVAL_TLS_CA_FILE" in err, err
     finally:
         await plain.stop(0)
