@@ -63,6 +63,7 @@ BOUNDED: dict[str, set[str]] = {
         RETR,
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
+        "google.longrunning.Operations",
     },
     "grpc_method": {
         "Run",
@@ -74,6 +75,13 @@ BOUNDED: dict[str, set[str]] = {
         "DeleteDocuments",
         "ListDocuments",
         "StreamIngestDocuments",
+        # Imports (tests/integration/test_imports.py scrapes them in this process too).
+        "ImportDocuments",
+        "GetOperation",
+        "ListOperations",
+        "WaitOperation",
+        "CancelOperation",
+        "DeleteOperation",
         "Check",
         "Watch",
         "List",
