@@ -45,7 +45,12 @@ from retrieval_service.core.ingest import Ingestor
 from retrieval_service.core.knowledge_bases import KnowledgeBases
 from shared.draining import Draining
 from shared.errors import DomainError, InvalidArgument
-from shared.operations import OperationRecord, OperationState, new_operation_id
+from shared.operations import (
+    OperationRecord,
+    OperationState,
+    error_status_bytes,
+    new_operation_id,
+)
 from shared.serve import status_code_for
 
 log = logging.getLogger(__name__)
@@ -64,10 +69,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _timestamp_ms(message: Any, ms: int) -> None:
-    message.FromMilliseconds(ms)
-
-
 def metadata_message(
     knowledge_base: str,
     state: OperationState,
@@ -83,8 +84,8 @@ def metadata_message(
     )
     for name, value in _count_fields(counts).items():
         setattr(message, name, value)
-    _timestamp_ms(message.create_time, create_ms)
-    _timestamp_ms(message.update_time, update_ms)
+    message.create_time.FromMilliseconds(create_ms)
+    message.update_time.FromMilliseconds(update_ms)
     return message
 
 
@@ -119,10 +120,6 @@ def _packed(message: Any) -> bytes:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed.SerializeToString()
-
-
-def _status(code: grpc.StatusCode, message: str) -> bytes:
-    return status_pb2.Status(code=code.value[0], message=message).SerializeToString()
 
 
 def request_digest(request: retrieval_pb2.ImportDocumentsRequest) -> str:
@@ -328,7 +325,8 @@ class Imports:
                 await self._store.release(claimed.record.id, self._owner)
                 return
             if claimed is None:
-                await self._report_states()
+                if index == 0:  # one count per replica, not per worker
+                    await self._report_states()
                 await asyncio.sleep(POLL_SECONDS)
                 continue
             task = asyncio.create_task(self._run_as_job(claimed))
@@ -434,10 +432,10 @@ class Imports:
         if state == OperationState.SUCCEEDED:
             response = _packed(response_message(progress.checkpoint))
         elif state == OperationState.CANCELLED:
-            status = _status(grpc.StatusCode.CANCELLED, "cancelled by CancelOperation")
+            status = error_status_bytes(grpc.StatusCode.CANCELLED, "cancelled by CancelOperation")
         elif error is not None:
             code = status_code_for(type(error)) or grpc.StatusCode.INTERNAL
-            status = _status(code, str(error))
+            status = error_status_bytes(code, str(error))
         try:
             await self._store.finish(
                 progress.record.id,
