@@ -1,0 +1,1 @@
+"""Evaluation sets, runs and their metrics (docs/api.md#evaluation)."""

@@ -1,0 +1,82 @@
+"""The evaluation domain's records, as the core sees them: what an item asks and expects,
+what one run of it produced. Documents are keyed by `document_key` so a document counts once
+however many of its chunks come back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+def document_key(knowledge_base: str, document_id: str) -> str:
+    """A document's identity in metrics: `kb/doc` when the knowledge base is named, else the
+    document id alone (an item whose set searches one knowledge base may omit it)."""
+    return f"{knowledge_base}/{document_id}" if knowledge_base else document_id
+
+
+@dataclass(frozen=True, slots=True)
+class RelevantDocument:
+    document_id: str
+    knowledge_base: str = ""
+    #: Graded relevance (trec_eval's convention): > 0 relevant, 0 judged not relevant.
+    grade: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    role: str  # "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One question of an evaluation set and what a good answer looks like."""
+
+    question: str
+    history: tuple[Turn, ...] = ()
+    relevant: tuple[RelevantDocument, ...] = ()
+    reference_answer: str = ""
+    #: A route name of docs/trace.md (`answer`, `clarify`, `no_knowledge`, …) or "" (not judged).
+    expected_route: str = ""
+    tags: tuple[str, ...] = ()
+    #: The item's id within its set when an import names it (BEIR's query `_id`), else "".
+    item_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What the metrics compare an outcome with (from an Item)."""
+
+    #: document_key → grade (> 0 relevant).
+    qrels: Mapping[str, int] = field(default_factory=dict)
+    expected_route: str = ""
+    reference_answer: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one run of one item produced."""
+
+    #: Document keys in rank order, each once (first occurrence of its chunks).
+    ranked_documents: tuple[str, ...] = ()
+    route: str = ""
+    answer: str = ""
+    cited_documents: tuple[str, ...] = ()
+    latency_seconds: float = 0.0
+    #: The embedder's cosine between answer and reference answer, when both exist.
+    answer_cosine: float | None = None
+    #: The answer's support score from the grounding check, when one ran.
+    support_score: float | None = None
+
+
+def judgement_of(item: Item) -> Judgement:
+    return Judgement(
+        qrels={document_key(r.knowledge_base, r.document_id): r.grade for r in item.relevant},
+        expected_route=item.expected_route,
+        reference_answer=item.reference_answer,
+    )
+
+
+def ranked_unique(keys: list[str]) -> tuple[str, ...]:
+    """Chunk hits' document keys in rank order → each document once, at its best rank."""
+    return tuple(dict.fromkeys(keys))
