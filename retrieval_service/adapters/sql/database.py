@@ -1,38 +1,28 @@
-"""The control-plane database (docs/api.md#database): one SQLAlchemy async engine on
-DATABASE_URL — SQLite (aiosqlite) in a file beside the Milvus Lite file by default, PostgreSQL
-(asyncpg) at scale — its transactions, and the one place database errors become the core's
-domain errors. Control records (knowledge bases, documents, their versions and leases) live
-here; the chunk rows stay in Milvus."""
+"""The control-plane database (docs/api.md#database): the shared engine (`shared/sql/`) bound to
+DATABASE_URL, this service's metric families and the core's store errors. SQLite in a file
+beside the Milvus Lite file by default, PostgreSQL at scale. Control records (knowledge bases,
+documents, their versions and leases, operations) live here; the chunk rows stay in Milvus."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import event, exc, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from retrieval_service.core.errors import DatabaseUnavailable, StoreFailed
 from retrieval_service.metrics import DB_POOL_IN_USE, record_db_error
-from shared.errors import ConfigurationError, DomainError
+from shared.errors import DomainError
+from shared.sql import database as shared_database
+from shared.sql.database import DatabaseConfig, dialect_insert, redacted, upsert
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "SQLITE_SUFFIX",
+    "Database",
+    "DatabaseConfig",
+    "default_database_url",
+    "dialect_insert",
+    "redacted",
+    "upsert",
+]
 
-#: The drivers this service speaks, by the scheme a URL may use; a scheme without a driver
-#: gets the async one (`postgresql://` is `postgresql+asyncpg://`).
-DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+aiosqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "postgresql+asyncpg": "postgresql+asyncpg",
-}
 #: The SQLite file beside a Milvus Lite file `x.db`: `x.control.sqlite3`.
 SQLITE_SUFFIX = ".control.sqlite3"
 
@@ -48,244 +38,24 @@ def default_database_url(milvus_uri: str) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
-def redacted(url: str | URL) -> str:
-    """A URL as it may be printed: the password replaced by ***."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except exc.ArgumentError:
-        return "(unparsable)"
+class _ControlPlane(shared_database.DatabaseBinding):
+    setting = "DATABASE_URL"
 
+    def pool_checked_out(self, delta: int) -> None:
+        DB_POOL_IN_USE.inc(delta)
 
-def parse_database_url(raw: str) -> URL:
-    """DATABASE_URL as an async driver's URL; ConfigurationError naming the setting (never the
-    password) for anything else."""
-    try:
-        url = make_url(raw)
-    except exc.ArgumentError:
-        raise ConfigurationError(
-            "DATABASE_URL: not a database URL (expected sqlite+aiosqlite:///path or "
-            "postgresql+asyncpg://user:password@host:port/db)"
-        ) from None
-    driver = DRIVERS.get(url.drivername)
-    if driver is None:
-        raise ConfigurationError(
-            f"DATABASE_URL={redacted(url)}: unsupported driver {url.drivername!r} "
-            "(use sqlite+aiosqlite or postgresql+asyncpg)"
-        )
-    url = url.set(drivername=driver)
-    if driver.startswith("sqlite"):
-        if not url.database or url.database == ":memory:":
-            raise ConfigurationError(
-                "DATABASE_URL: SQLite needs a file (sqlite+aiosqlite:///path/to/file); an "
-                "in-memory database would lose every record at restart"
-            )
-        Path(url.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-    elif not url.database:
-        raise ConfigurationError(f"DATABASE_URL={redacted(url)}: names no database")
-    return url
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseConfig:
-    url: str
-    pool_size: int = 10
-    timeout_seconds: float = 10.0
-
-
-#: What a database failure looks like when the server is down, unreachable, refusing the
-#: credentials, or too slow: the caller may retry (UNAVAILABLE).
-_UNREACHABLE = (
-    exc.InterfaceError,
-    exc.TimeoutError,  # the pool's checkout timeout
-    exc.DisconnectionError,
-    OSError,
-    asyncio.TimeoutError,
-)
-#: Words of an OperationalError that mean "cannot reach or use the database now" (SQLite: a
-#: lock held too long, a file that cannot be opened; PostgreSQL: the connection); any other
-#: OperationalError (a missing table, say) is a broken store: INTERNAL.
-_UNREACHABLE_WORDS = (
-    "locked",
-    "unable to open",
-    "disk i/o",
-    "connection",
-    "connect",
-    "timeout",
-    "timed out",
-    "terminat",
-    "closed",
-    "shutdown",
-    "starting up",
-)
-#: asyncpg's own errors while connecting (not wrapped as DBAPI errors there).
-_ASYNCPG_UNREACHABLE = (
-    "Connection",
-    "Password",
-    "Authorization",
-    "CannotConnectNow",
-    "TooManyConnections",
-    "AdminShutdown",
-)
-
-
-def _unreachable(error: BaseException) -> bool:
-    if isinstance(error, _UNREACHABLE):
-        return True
-    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
-        return True
-    if isinstance(error, exc.OperationalError):
-        text_ = str(error.orig).lower()
-        return any(word in text_ for word in _UNREACHABLE_WORDS)
-    cause = getattr(error, "orig", None) or error
-    name = type(cause).__name__
-    return type(cause).__module__.startswith("asyncpg") and any(
-        part in name for part in _ASYNCPG_UNREACHABLE
-    )
-
-
-class Database:
-    """The engine of one DatabaseConfig. `read()` and `write()` open a transaction (SQLite:
-    a write takes the database's write lock at its start, so two writers queue instead of
-    failing half-way; PostgreSQL: READ COMMITTED with row locks where a store asks for them).
-    Failures leave as `DatabaseUnavailable` (down, unreachable, refused, timed out) or
-    `StoreFailed` (anything else, logged), each counted in `supermew_db_errors_total`."""
-
-    def __init__(self, config: DatabaseConfig) -> None:
-        self.config = config
-        self.url = parse_database_url(config.url)
-        self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
-        timeout = config.timeout_seconds
-        options: dict[str, Any] = {"pool_pre_ping": True}
-        if self.dialect == "sqlite":
-            options["connect_args"] = {"timeout": timeout}
-            options["pool_size"] = config.pool_size
-        else:
-            options["connect_args"] = {"timeout": timeout, "command_timeout": timeout}
-            options["pool_size"] = config.pool_size
-            options["max_overflow"] = 0
-            options["pool_timeout"] = timeout
-        self.engine: AsyncEngine = create_async_engine(self.url, **options)
-        self._writer = self.engine.execution_options(sqlite_immediate=True)
-        self._instrument(self.engine)
-
-    def _instrument(self, engine: AsyncEngine) -> None:
-        sync = engine.sync_engine
-
-        @event.listens_for(sync.pool, "checkout")
-        def _checkout(*_: Any) -> None:
-            DB_POOL_IN_USE.inc()
-
-        @event.listens_for(sync.pool, "checkin")
-        def _checkin(*_: Any) -> None:
-            DB_POOL_IN_USE.dec()
-
-        if self.dialect != "sqlite":
-            return
-
-        @event.listens_for(sync, "connect")
-        def _connect(dbapi_connection: Any, _record: Any) -> None:
-            # SQLAlchemy, not the driver, decides when a transaction begins (`_begin`).
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            busy_ms = int(self.config.timeout_seconds * 1000)
-            for pragma in (
-                "journal_mode=WAL",  # readers never wait for the writer
-                "synchronous=NORMAL",
-                "foreign_keys=ON",
-                f"busy_timeout={busy_ms}",
-            ):
-                cursor.execute(f"PRAGMA {pragma}")
-            cursor.close()
-
-        @event.listens_for(sync, "begin")
-        def _begin(connection: Any) -> None:
-            immediate = connection.get_execution_options().get("sqlite_immediate")
-            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    @property
-    def shown_url(self) -> str:
-        return redacted(self.url)
-
-    @asynccontextmanager
-    async def read(self, operation: str) -> AsyncIterator[AsyncConnection]:
-        async with self._transaction(self.engine, operation) as connection:
-            yield connection
-
-    @asynccontextmanager
-    async def write(self, operation: str) -> AsyncIterator[AsyncConnection]:
-        """One transaction that commits when the block ends, or changes nothing."""
-        async with self._transaction(self._writer, operation) as connection:
-            yield connection
-
-    @asynccontextmanager
-    async def _transaction(
-        self, engine: AsyncEngine, operation: str
-    ) -> AsyncIterator[AsyncConnection]:
-        try:
-            async with engine.begin() as connection:
-                yield connection
-        except DomainError:
-            raise
-        except Exception as error:
-            raise self.translate(error, operation) from error
-
-    def translate(self, error: BaseException, operation: str) -> DatabaseUnavailable | StoreFailed:
+    def failed(self, operation: str) -> None:
         record_db_error(operation)
-        if _unreachable(error):
-            log.warning("the database is unavailable (%s): %s", operation, type(error).__name__)
-            return DatabaseUnavailable()
-        log.error("database call %s failed", operation, exc_info=error)
+
+    def unavailable(self) -> DomainError:
+        return DatabaseUnavailable()
+
+    def broken(self) -> DomainError:
         return StoreFailed()
 
-    async def ping(self) -> bool:
-        """Whether the database answers `SELECT 1` within DATABASE_TIMEOUT_SECONDS."""
-        try:
-            async with asyncio.timeout(self.config.timeout_seconds):
-                async with self.engine.connect() as connection:
-                    await connection.execute(text("SELECT 1"))
-            return True
-        except Exception:  # any failure means "not ready"; the reason is in the next call's log
-            return False
 
-    async def check_reachable(self) -> None:
-        """Start-up: ConfigurationError in one line naming DATABASE_URL (its password hidden)
-        when the database cannot be opened, reached or logged into."""
-        try:
-            async with asyncio.timeout(self.config.timeout_seconds):
-                async with self.engine.connect() as connection:
-                    await connection.execute(text("SELECT 1"))
-        except Exception as error:
-            record_db_error("connect")
-            raise ConfigurationError(
-                f"DATABASE_URL={self.shown_url}: cannot connect to the database ({_reason(error)})"
-            ) from None
+class Database(shared_database.Database):
+    """The control-plane database on DATABASE_URL."""
 
-    async def aclose(self) -> None:
-        await self.engine.dispose()
-
-
-def _reason(error: BaseException) -> str:
-    """A short reason for a failed connection, without the URL or password."""
-    name = type(getattr(error, "orig", None) or error).__name__
-    known = {
-        "InvalidPasswordError": "wrong user name or password",
-        "InvalidAuthorizationSpecificationError": "the user is not allowed to log in",
-        "InvalidCatalogNameError": "the database does not exist",
-        "ConnectionRefusedError": "connection refused",
-        "TimeoutError": "timed out",
-        "gaierror": "unknown host",
-    }
-    if name in known:
-        return known[name]
-    text_ = str(getattr(error, "orig", None) or error).lower()
-    for needle, reason in (
-        ("password", "wrong user name or password"),
-        ("does not exist", "the database or user does not exist"),
-        ("refused", "connection refused"),
-        ("unable to open", "cannot open the database file"),
-        ("name or service not known", "unknown host"),
-        ("timed out", "timed out"),
-    ):
-        if needle in text_:
-            return reason
-    return name
+    def __init__(self, config: DatabaseConfig) -> None:
+        super().__init__(config, _ControlPlane())

@@ -9,8 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
-from retrieval_service.adapters.sql.database import Database
-from retrieval_service.adapters.sql.registry import dialect_insert
+from retrieval_service.adapters.sql.database import Database, dialect_insert
 from retrieval_service.adapters.sql.tables import knowledge_bases
 from retrieval_service.core.knowledge_bases import ACTIVE, DELETING, KnowledgeBaseRecord
 

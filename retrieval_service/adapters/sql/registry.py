@@ -16,10 +16,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, delete, func, select, text, tuple_
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from retrieval_service.adapters.sql.database import Database
+from retrieval_service.adapters.sql.database import Database, upsert
 from retrieval_service.adapters.sql.tables import document_versions, documents, knowledge_bases
 from retrieval_service.core.documents import (
     COMMITTED,
@@ -111,18 +110,6 @@ def _document_row(entry: DocumentEntry) -> dict[str, Any]:
         "l2_chunks": l2,
         "l3_chunks": l3,
     }
-
-
-def dialect_insert(db: Database, table: Any) -> Any:
-    """INSERT with the engine's ON CONFLICT clauses."""
-    return (postgresql.insert if db.dialect == "postgresql" else sqlite.insert)(table)
-
-
-def upsert(db: Database, table: Any, keys: Sequence[str]) -> Any:
-    """INSERT … ON CONFLICT (keys) DO UPDATE of every other column."""
-    statement = dialect_insert(db, table)
-    changed = {c.name: statement.excluded[c.name] for c in table.c if c.name not in keys}
-    return statement.on_conflict_do_update(index_elements=list(keys), set_=changed)
 
 
 async def require_active(db: Database, connection: AsyncConnection, knowledge_base: str) -> None:

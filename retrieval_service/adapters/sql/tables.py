@@ -18,38 +18,22 @@ bytes whatever the server's locale.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import (
-    JSON,
     BigInteger,
-    Boolean,
     Column,
     ForeignKey,
     Integer,
-    LargeBinary,
     MetaData,
     SmallInteger,
     String,
     Table,
     Text,
 )
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.types import TypeEngine
+
+from shared.sql.columns import json_type, key_type
+from shared.sql.operations import operations_table
 
 metadata = MetaData()
-
-
-def key_type(length: int = 1024) -> TypeEngine[str]:
-    """A key column: byte order on PostgreSQL whatever the database's collation."""
-    return String(length).with_variant(postgresql.VARCHAR(length, collation="C"), "postgresql")
-
-
-def json_type(*, none_as_null: bool = False) -> TypeEngine[Any]:
-    """JSON (JSONB on PostgreSQL); `none_as_null`: Python None is SQL NULL, not JSON null."""
-    return JSON(none_as_null=none_as_null).with_variant(
-        postgresql.JSONB(none_as_null=none_as_null), "postgresql"
-    )
 
 
 knowledge_bases = Table(
@@ -120,27 +104,7 @@ control_plane_upgrades = Table(
     Column("note", Text, nullable=False, default=""),
 )
 
-operations = Table(
-    "operations",
-    metadata,
-    Column("id", String(32), primary_key=True),
-    Column("kind", String(64), nullable=False),
-    Column("knowledge_base", key_type(255), nullable=False),
-    Column("request_id", String(128), nullable=True, unique=True),
-    Column("request_sha256", String(64), nullable=False),
-    Column("request", LargeBinary, nullable=False),
-    Column("state", SmallInteger, nullable=False),
-    Column("cancel_requested", Boolean, nullable=False, default=False),
-    Column("metadata", LargeBinary, nullable=False),
-    Column("response", LargeBinary, nullable=False, default=b""),
-    Column("error", LargeBinary, nullable=False, default=b""),
-    # The job's own resume state (an import: its cursor, counts and failures so far).
-    Column("checkpoint", json_type(), nullable=False),
-    Column("owner", String(64), nullable=False, default=""),
-    Column("lease_expires_ms", BigInteger, nullable=False, default=0),
-    Column("create_time", BigInteger, nullable=False),
-    Column("update_time", BigInteger, nullable=False),
-)
+operations = operations_table(metadata)
 
 import_sources = Table(
     "import_sources",

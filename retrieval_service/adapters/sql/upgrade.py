@@ -19,8 +19,8 @@ from sqlalchemy import select
 from retrieval_service.adapters.milvus.connection import MilvusStore
 from retrieval_service.adapters.milvus.knowledge_bases import KnowledgeBaseStore
 from retrieval_service.adapters.milvus.registry import DocumentRegistry
-from retrieval_service.adapters.sql.database import Database
-from retrieval_service.adapters.sql.registry import upsert, write_versions
+from retrieval_service.adapters.sql.database import Database, upsert
+from retrieval_service.adapters.sql.registry import write_versions
 from retrieval_service.adapters.sql.tables import control_plane_upgrades, knowledge_bases
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.knowledge_bases import ACTIVE, DELETING

@@ -1,0 +1,1 @@
+"""The SQL database layer both services use (docs/api.md#database)."""
