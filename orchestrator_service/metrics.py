@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from orchestrator_service.conversation import Turn
 from orchestrator_service.models.base import (
@@ -86,6 +86,54 @@ SUB_QUESTIONS = Histogram(
     buckets=tuple(range(1, MAX_SUB_QUESTIONS + 1)),
     registry=REGISTRY,
 )
+
+
+#: `operation` of a failed orchestrator database call: the store method it came from.
+DB_OPERATIONS = (
+    "connect",
+    "migrate",
+    "evaluation_sets_write",
+    "evaluation_sets_read",
+    "evaluation_items_write",
+    "evaluation_items_read",
+    "evaluation_runs_write",
+    "evaluation_runs_read",
+    "evaluation_results_write",
+    "evaluation_results_read",
+    "operations_create",
+    "operations_get",
+    "operations_page",
+    "operations_cancel",
+    "operations_delete",
+    "operations_claimable",
+    "operations_claim",
+    "operations_save",
+    "operations_finish",
+    "operations_release",
+    "operations_counts",
+)
+DB_ERRORS = Counter(
+    "supermew_db_errors_total",
+    "Failed orchestrator database calls (ORCHESTRATOR_DATABASE_URL), by store operation.",
+    ("operation",),
+    registry=REGISTRY,
+)
+DB_POOL_IN_USE = Gauge(
+    "supermew_db_pool_in_use",
+    "Orchestrator database connections checked out of the pool right now.",
+    registry=REGISTRY,
+)
+#: Items an evaluation run finished, by outcome (`ok`, `failed`).
+EVALUATION_ITEMS = Counter(
+    "supermew_evaluation_items_total",
+    "Evaluation items run, by outcome (ok, failed).",
+    ("result",),
+    registry=REGISTRY,
+)
+
+
+def record_db_error(operation: str) -> None:
+    DB_ERRORS.labels(bounded(operation, DB_OPERATIONS)).inc()
 
 
 def record_run(route: str, retrieval_status: str) -> None:

@@ -24,8 +24,10 @@ class RelevantDocument:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    role: str  # "user" | "assistant"
-    content: str
+    """An earlier exchange, as RunRequest.history carries it."""
+
+    question: str
+    answer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
