@@ -9,17 +9,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+from google.longrunning import operations_pb2_grpc
+from supermew.v1 import evaluation_pb2_grpc
+
+from orchestrator_service.database.database import Database, default_database_url
+from orchestrator_service.database.migrate import MIGRATIONS
+from orchestrator_service.database.tables import operations as operations_table
+from orchestrator_service.evaluation.executors import ItemRunner
+from orchestrator_service.evaluation.runner import EvaluationRunner
+from orchestrator_service.evaluation.service import Evaluations
+from orchestrator_service.evaluation.servicer import EvaluationServicer
+from orchestrator_service.evaluation.store import EvaluationStore
 from orchestrator_service.graph import build_graphs
-from orchestrator_service.metrics import InstrumentedModelClient
+from orchestrator_service.metrics import EVALUATION_ITEMS, InstrumentedModelClient
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.orchestrator import Orchestrator
 from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from orchestrator_service.retrieval_client import RetrievalClient
 from orchestrator_service.server import add_servicer
-from orchestrator_service.settings import SERVICE_NAME, OrchestratorSettings
+from orchestrator_service.settings import EVALUATION_SERVICE, SERVICE_NAME, OrchestratorSettings
 from shared.heap import settle_heap
+from shared.operations import OPERATIONS_SERVICE, Operations, OperationsServicer
 from shared.serve import GrpcServer, serve
+from shared.sql.database import DatabaseConfig
+from shared.sql.operations import SqlOperationStore
 from shared.tls import channel_credentials
 from shared.tracing import client_interceptors
 
@@ -30,10 +45,23 @@ class App:
     core: Orchestrator
     model: ModelClient
     retrieval: RetrievalClient
+    database: Database
+    evaluations: Evaluations
+    runner: EvaluationRunner
+    settings: OrchestratorSettings
+
+    async def start(self) -> None:
+        """Before serving: the database reached and its schema current (a ConfigurationError
+        naming ORCHESTRATOR_DATABASE_URL otherwise), then the evaluation runner started."""
+        await self.database.check_reachable()
+        await MIGRATIONS.ensure_schema(self.database, migrate=self.settings.migrate_on_start)
+        self.runner.start()
 
     async def aclose(self) -> None:
+        await self.runner.stop()
         await self.model.aclose()
         await self.retrieval.aclose()
+        await self.database.aclose()
 
 
 def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = None) -> App:
@@ -61,22 +89,59 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         build_graphs(),
         max_question_chars=settings.max_question_chars,
     )
+    database = Database(
+        DatabaseConfig(settings.orchestrator_database_url or default_database_url())
+    )
+    operations = SqlOperationStore(database, operations_table)
+    store = EvaluationStore(database)
+    evaluations = Evaluations(store, operations, import_roots=settings.import_root_paths)
+    runner = EvaluationRunner(
+        store,
+        operations,
+        ItemRunner(retrieval, core),
+        lease_seconds=settings.evaluation_lease_seconds,
+        on_item=lambda result: EVALUATION_ITEMS.labels(result).inc(),
+    )
+
+    def add_servicers(server: grpc.aio.Server) -> None:
+        add_servicer(core)(server)
+        evaluation_pb2_grpc.add_EvaluationServiceServicer_to_server(
+            EvaluationServicer(evaluations), server
+        )
+        operations_pb2_grpc.add_OperationsServicer_to_server(
+            OperationsServicer(Operations(operations)), server
+        )
+
     server = GrpcServer(
         settings,
         port=settings.orchestrator_port,
         port_setting="ORCHESTRATOR_PORT",
-        service_names=[SERVICE_NAME],
-        add_servicers=add_servicer(core),
+        service_names=[SERVICE_NAME, EVALUATION_SERVICE, OPERATIONS_SERVICE],
+        add_servicers=add_servicers,
         policies=ORCHESTRATOR_POLICIES,
         reuse_port=settings.worker_count > 1,
     )
-    return App(server=server, core=core, model=model, retrieval=retrieval)
+    return App(
+        server=server,
+        core=core,
+        model=model,
+        retrieval=retrieval,
+        database=database,
+        evaluations=evaluations,
+        runner=runner,
+        settings=settings,
+    )
 
 
 async def serve_app(settings: OrchestratorSettings, on_started: Callable[[], None]) -> None:
     """Serve until SIGTERM/SIGINT, then drain: the body of `python -m orchestrator_service`
     and of each of its worker processes (a module-level name, so a spawned worker finds it)."""
     app = build_app(settings)
+    try:
+        await app.start()
+    except BaseException:
+        await app.aclose()
+        raise
 
     def started() -> None:
         settle_heap()  # the collector: 11 % of CPU → 0.5 % (docs/benchmarks.md)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from orchestrator_service.settings import SERVICE_NAME
+from orchestrator_service.settings import EVALUATION_SERVICE, SERVICE_NAME
 from shared.access import Permission
+from shared.operations import OPERATIONS_POLICIES
 from shared.policy import AuditRow, RpcPolicies, RpcPolicy, service_policies
 
 #: supermew.v1.OrchestratorService, by method name. A streamed call's documents are its
@@ -39,5 +40,30 @@ _ORCHESTRATOR_SERVICE: Final = {
     ),
 }
 
+#: supermew.v1.EvaluationService: the key's role needs the permission; the core then checks
+#: it on every knowledge base of the set (a set names them, a request does not).
+_EVALUATION_SERVICE: Final = {
+    "CreateEvaluationSet": RpcPolicy(Permission.WRITE, "evaluation_set.knowledge_bases"),
+    "GetEvaluationSet": RpcPolicy(Permission.READ),
+    "ListEvaluationSets": RpcPolicy(Permission.READ),
+    "UpdateEvaluationSet": RpcPolicy(Permission.WRITE),
+    "DeleteEvaluationSet": RpcPolicy(Permission.WRITE),
+    "CreateEvaluationItem": RpcPolicy(Permission.WRITE),
+    "BatchCreateEvaluationItems": RpcPolicy(Permission.WRITE),
+    "GetEvaluationItem": RpcPolicy(Permission.READ),
+    "ListEvaluationItems": RpcPolicy(Permission.READ),
+    "DeleteEvaluationItem": RpcPolicy(Permission.WRITE),
+    "ImportEvaluationItems": RpcPolicy(Permission.WRITE),
+    "RunEvaluation": RpcPolicy(Permission.WRITE),
+    "GetEvaluationRun": RpcPolicy(Permission.READ),
+    "ListEvaluationRuns": RpcPolicy(Permission.READ),
+    "ListEvaluationResults": RpcPolicy(Permission.READ),
+    "CompareEvaluationRuns": RpcPolicy(Permission.READ),
+}
+
 #: Every RPC of the orchestrator server, by full method name.
-ORCHESTRATOR_POLICIES: Final[RpcPolicies] = service_policies(SERVICE_NAME, _ORCHESTRATOR_SERVICE)
+ORCHESTRATOR_POLICIES: Final[RpcPolicies] = {
+    **service_policies(SERVICE_NAME, _ORCHESTRATOR_SERVICE),
+    **service_policies(EVALUATION_SERVICE, _EVALUATION_SERVICE),
+    **OPERATIONS_POLICIES,
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -10,6 +11,7 @@ from shared.cpus import available_cpus
 from shared.settings import ServerSettings
 
 SERVICE_NAME = "supermew.v1.OrchestratorService"
+EVALUATION_SERVICE = "supermew.v1.EvaluationService"
 
 
 class OrchestratorSettings(ServerSettings):
@@ -40,6 +42,29 @@ class OrchestratorSettings(ServerSettings):
     )
     retrieval_tls_key_file: str | None = Field(None, description="Its private key.")
 
+    # The orchestrator's own database (docs/api.md#evaluation): evaluation sets, runs, results.
+    orchestrator_database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the orchestrator's database: sqlite+aiosqlite:///path "
+        "or postgresql+asyncpg://user:password@host/db (unset: ./data/orchestrator.sqlite3).",
+    )
+    migrate_on_start: bool = Field(
+        True,
+        description="Migrate the orchestrator's schema at start-up; false: a schema older "
+        "than the code refuses start-up.",
+    )
+    import_roots: str | None = Field(
+        None,
+        description="Comma-separated folders ImportEvaluationItems may read file:// uris "
+        "under (unset: file imports are refused).",
+    )
+    evaluation_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a replica holds an evaluation run without renewing it before "
+        "another replica takes it over.",
+    )
+
     llm_base_url: str | None = Field(None, description="Unset = the built-in local model.")
     llm_api_key: str | None = None
     model: str | None = None
@@ -64,6 +89,12 @@ class OrchestratorSettings(ServerSettings):
         if value != "auto" and isinstance(value, int) and value < 1:
             raise ValueError("must be a positive number of processes or `auto`")
         return value
+
+    @property
+    def import_root_paths(self) -> tuple[Path, ...]:
+        """IMPORT_ROOTS as folders (empty: file imports refused)."""
+        raw = self.import_roots or ""
+        return tuple(Path(p.strip()) for p in raw.split(",") if p.strip())
 
     @property
     def worker_count(self) -> int:

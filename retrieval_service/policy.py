@@ -12,7 +12,7 @@ from typing import Final
 
 from retrieval_service.settings import SERVICE_NAME
 from shared.access import Permission
-from shared.operations import OPERATIONS_SERVICE
+from shared.operations import OPERATIONS_POLICIES
 from shared.policy import AuditRow, RpcPolicies, RpcPolicy, service_policies
 
 READ, WRITE, MANAGE = Permission.READ, Permission.WRITE, Permission.MANAGE
@@ -45,19 +45,8 @@ _RETRIEVAL_SERVICE: Final = {
     "DeleteKnowledgeBase": RpcPolicy(MANAGE, "name"),
 }
 
-#: google.longrunning.Operations (docs/api.md#operations): an operation's knowledge base is read
-#: from the operation itself, so the servicer checks it (shared/operations.py); the role is
-#: checked here.
-_OPERATIONS_SERVICE: Final = {
-    "GetOperation": RpcPolicy(READ),
-    "ListOperations": RpcPolicy(READ),
-    "WaitOperation": RpcPolicy(READ),
-    "CancelOperation": RpcPolicy(WRITE),
-    "DeleteOperation": RpcPolicy(WRITE),
-}
-
 #: Every RPC of the retrieval server, by full method name.
 RETRIEVAL_POLICIES: Final[RpcPolicies] = {
     **service_policies(SERVICE_NAME, _RETRIEVAL_SERVICE),
-    **service_policies(OPERATIONS_SERVICE, _OPERATIONS_SERVICE),
+    **OPERATIONS_POLICIES,
 }

@@ -32,6 +32,7 @@ from shared.access import (
     current_principal,
 )
 from shared.errors import FailedPrecondition, InvalidArgument, NotFound
+from shared.policy import RpcPolicy, service_policies
 
 #: An operation's name is OPERATION_PREFIX + its id.
 OPERATION_PREFIX: Final = "operations/"
@@ -235,7 +236,10 @@ class Operations:
         record = await self.store.get(operation_id(name))
         if record is None:
             raise NotFound("name", f"operation {name!r} does not exist")
-        access(permission, record.knowledge_base)
+        # An operation over several knowledge bases (an evaluation run) names them all,
+        # comma-separated: the caller needs the permission on each.
+        for kb_id in record.knowledge_base.split(","):
+            access(permission, kb_id)
         return record
 
     async def page(
@@ -359,3 +363,17 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
 
 #: The full name of the service, for reflection.
 OPERATIONS_SERVICE: Final = operations_pb2.DESCRIPTOR.services_by_name["Operations"].full_name
+
+#: Its policy rows (docs/api.md#operations), the same in every service that serves it: an
+#: operation's knowledge bases are read from the operation, so `Operations` checks them; the
+#: role is checked by these rows.
+OPERATIONS_POLICIES: Final[dict[str, RpcPolicy]] = service_policies(
+    OPERATIONS_SERVICE,
+    {
+        "GetOperation": RpcPolicy(Permission.READ),
+        "ListOperations": RpcPolicy(Permission.READ),
+        "WaitOperation": RpcPolicy(Permission.READ),
+        "CancelOperation": RpcPolicy(Permission.WRITE),
+        "DeleteOperation": RpcPolicy(Permission.WRITE),
+    },
+)

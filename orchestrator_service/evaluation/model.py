@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 
 def document_key(knowledge_base: str, document_id: str) -> str:
@@ -82,3 +83,33 @@ def judgement_of(item: Item) -> Judgement:
 def ranked_unique(keys: list[str]) -> tuple[str, ...]:
     """Chunk hits' document keys in rank order → each document once, at its best rank."""
     return tuple(dict.fromkeys(keys))
+
+
+#: RunConfig defaults: the deepest cut-off the metrics read; items run at once.
+DEFAULT_TOP_K: Final = 10
+DEFAULT_CONCURRENCY: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    mode: str = "RETRIEVAL"
+    top_k: int | None = None
+    generate_answer: bool = False
+    concurrency: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "top_k": self.top_k,
+            "generate_answer": self.generate_answer,
+            "concurrency": self.concurrency,
+        }
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> RunConfig:
+        return cls(
+            mode=data.get("mode", "RETRIEVAL"),
+            top_k=data.get("top_k"),
+            generate_answer=bool(data.get("generate_answer", False)),
+            concurrency=data.get("concurrency"),
+        )

@@ -1,0 +1,83 @@
+"""How one evaluation item runs against the live system (RunConfig.mode): RETRIEVAL asks
+retrieval's Retrieve with the question; RUN asks this service's own workflow (the same core a
+Run call reaches), so a run measures exactly what callers get."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator_service.conversation import Turn
+from orchestrator_service.evaluation.model import (
+    DEFAULT_TOP_K,
+    Item,
+    Outcome,
+    RunConfig,
+    document_key,
+    ranked_unique,
+)
+from orchestrator_service.orchestrator import Orchestrator
+from orchestrator_service.retrieval_client import RetrievalClient
+from orchestrator_service.runtime import RetrievalScope
+from shared.access import kb_id_named
+
+
+def _keys(item: Item, docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each chunk's document key, by knowledge base and id when the item's judgements name
+    knowledge bases, else by id alone."""
+    by_kb = any(r.knowledge_base for r in item.relevant)
+    return [
+        document_key(
+            kb_id_named(str(d.get("knowledge_base", ""))) if by_kb else "", str(d["document_id"])
+        )
+        for d in docs
+        if d.get("document_id")
+    ]
+
+
+class ItemRunner:
+    """The ItemExecutor of both modes."""
+
+    def __init__(self, retrieval: RetrievalClient, core: Orchestrator) -> None:
+        self._retrieval = retrieval
+        self._core = core
+
+    async def __call__(self, item: Item, scope: RetrievalScope, config: RunConfig) -> Outcome:
+        started = time.perf_counter()
+        if config.mode == "RUN":
+            outcome = await self._core.run(
+                item.question,
+                generate_answer=config.generate_answer,
+                scope=scope,
+                history=[Turn(t.question, t.answer) for t in item.history],
+            )
+            latency = time.perf_counter() - started
+            answer = outcome.answer
+            cited = (
+                [document_key("", c.document_id) for c in answer.citations if c.document_id]
+                if answer is not None
+                else []
+            )
+            by_kb = any(r.knowledge_base for r in item.relevant)
+            if by_kb and answer is not None:
+                docs = outcome.docs
+                cited = [
+                    _keys(item, [docs[c.index - 1]])[0]
+                    for c in answer.citations
+                    if 1 <= c.index <= len(docs) and docs[c.index - 1].get("document_id")
+                ]
+            return Outcome(
+                ranked_documents=ranked_unique(_keys(item, outcome.docs)),
+                route=outcome.route,
+                answer=answer.text if answer is not None else "",
+                cited_documents=tuple(dict.fromkeys(cited)),
+                latency_seconds=latency,
+            )
+        retrieval = await self._retrieval.retrieve(
+            item.question, scope=scope, top_k=config.top_k or DEFAULT_TOP_K
+        )
+        return Outcome(
+            ranked_documents=ranked_unique(_keys(item, retrieval.docs)),
+            latency_seconds=time.perf_counter() - started,
+        )

@@ -1,0 +1,152 @@
+"""The evaluation records as protos (supermew.v1 evaluation messages) and back: one place for
+the servicer and the runner (whose operation metadata and response are these messages)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf import timestamp_pb2
+from supermew.v1 import evaluation_pb2, orchestrator_pb2
+
+from orchestrator_service.evaluation.compare import MetricComparison
+from orchestrator_service.evaluation.model import Item, RelevantDocument, RunConfig, Turn
+from orchestrator_service.evaluation.names import item_name, run_name, set_name
+from orchestrator_service.evaluation.store import RunRecord, SetRecord, StoredItem
+
+_MODE = evaluation_pb2.RunConfig.Mode
+
+
+def timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromMilliseconds(ms)
+    return stamp
+
+
+def set_to_proto(record: SetRecord) -> evaluation_pb2.EvaluationSet:
+    return evaluation_pb2.EvaluationSet(
+        name=set_name(record.id),
+        display_name=record.display_name,
+        knowledge_bases=[f"knowledge_bases/{kb}" for kb in record.knowledge_bases],
+        filter=record.filter,
+        create_time=timestamp(record.create_time_ms),
+        item_count=record.item_count,
+    )
+
+
+def item_from_proto(pb: evaluation_pb2.EvaluationItem, item_id: str = "") -> Item:
+    return Item(
+        question=pb.question,
+        history=tuple(Turn(t.question, t.answer) for t in pb.history),
+        relevant=tuple(
+            RelevantDocument(
+                r.document_id, r.knowledge_base.removeprefix("knowledge_bases/"), r.grade
+            )
+            for r in pb.relevant
+        ),
+        reference_answer=pb.reference_answer,
+        expected_route=pb.expected_route,
+        tags=tuple(pb.tags),
+        item_id=item_id,
+    )
+
+
+def item_to_proto(stored: StoredItem) -> evaluation_pb2.EvaluationItem:
+    item = stored.item
+    return evaluation_pb2.EvaluationItem(
+        name=item_name(stored.set_id, stored.id),
+        question=item.question,
+        history=[
+            orchestrator_pb2.ConversationTurn(question=t.question, answer=t.answer)
+            for t in item.history
+        ],
+        relevant=[
+            evaluation_pb2.RelevantDocument(
+                document_id=r.document_id, knowledge_base=r.knowledge_base, grade=r.grade
+            )
+            for r in item.relevant
+        ],
+        reference_answer=item.reference_answer,
+        expected_route=item.expected_route,
+        tags=list(item.tags),
+    )
+
+
+def config_from_proto(pb: evaluation_pb2.RunConfig) -> RunConfig:
+    return RunConfig(
+        mode="RUN" if pb.mode == _MODE.RUN else "RETRIEVAL",
+        top_k=pb.top_k if pb.HasField("top_k") else None,
+        generate_answer=pb.generate_answer,
+        concurrency=pb.concurrency if pb.HasField("concurrency") else None,
+    )
+
+
+def config_to_proto(config: RunConfig) -> evaluation_pb2.RunConfig:
+    pb = evaluation_pb2.RunConfig(
+        mode=_MODE.RUN if config.mode == "RUN" else _MODE.RETRIEVAL,
+        generate_answer=config.generate_answer,
+    )
+    if config.top_k is not None:
+        pb.top_k = config.top_k
+    if config.concurrency is not None:
+        pb.concurrency = config.concurrency
+    return pb
+
+
+def run_to_proto(run: RunRecord) -> evaluation_pb2.EvaluationRun:
+    pb = evaluation_pb2.EvaluationRun(
+        name=run_name(run.set_id, run.id),
+        config=config_to_proto(RunConfig.of(run.config)),
+        state=int(run.state),
+        metrics=dict(run.metrics),
+        create_time=timestamp(run.create_time_ms),
+        items_total=run.items_total,
+        items_done=run.items_done,
+        items_failed=run.items_failed,
+        operation=f"operations/{run.id}",
+    )
+    if run.end_time_ms is not None:
+        pb.end_time.CopyFrom(timestamp(run.end_time_ms))
+    return pb
+
+
+def run_metadata(run: RunRecord, update_ms: int) -> evaluation_pb2.RunEvaluationMetadata:
+    return evaluation_pb2.RunEvaluationMetadata(
+        run=run_name(run.set_id, run.id),
+        state=int(run.state),
+        items_total=run.items_total,
+        items_done=run.items_done,
+        create_time=timestamp(run.create_time_ms),
+        update_time=timestamp(update_ms),
+    )
+
+
+def result_to_proto(
+    set_id: str, item_id: str, body: Mapping[str, Any]
+) -> evaluation_pb2.EvaluationResult:
+    return evaluation_pb2.EvaluationResult(
+        item=item_name(set_id, item_id),
+        question=body.get("question", ""),
+        ranked_document_ids=list(body.get("ranked", ())),
+        route=body.get("route", ""),
+        answer=body.get("answer", ""),
+        metrics={k: float(v) for k, v in body.get("metrics", {}).items()},
+        latency_seconds=float(body.get("latency", 0.0)),
+        run_id=body.get("run_id", ""),
+        error=body.get("error", ""),
+        cited_document_ids=list(body.get("cited", ())),
+    )
+
+
+def comparison_to_proto(row: MetricComparison) -> evaluation_pb2.MetricComparison:
+    return evaluation_pb2.MetricComparison(
+        metric=row.metric,
+        mean_a=row.mean_a,
+        mean_b=row.mean_b,
+        difference=row.difference,
+        ci_low=row.ci_low,
+        ci_high=row.ci_high,
+        won=row.won,
+        lost=row.lost,
+        tied=row.tied,
+    )
