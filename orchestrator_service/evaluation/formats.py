@@ -19,12 +19,11 @@ MAX_QUESTION_BYTES = 32 * 1024
 MAX_GRADE = 100
 #: The final routes a run can end in (docs/trace.md#routes-and-statuses); `rewrite` is not one.
 ROUTES = frozenset({"answer", "clarify", "scope_select", "no_knowledge"})
-ROLES = frozenset({"user", "assistant"})
 _ITEM_KEYS = frozenset(
     {"question", "history", "relevant", "reference_answer", "expected_route", "tags", "id"}
 )
 _RELEVANT_KEYS = frozenset({"document_id", "knowledge_base", "grade"})
-_TURN_KEYS = frozenset({"role", "content"})
+_TURN_KEYS = frozenset({"question", "answer"})
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -181,12 +180,14 @@ def _turn(value: object, number: int) -> Turn:
     if not isinstance(value, dict):
         raise InvalidArgument("items", f"line {number}: each history entry must be an object")
     _check_keys(value, _TURN_KEYS, number, "history.")
-    role, content = value.get("role"), value.get("content")
-    if role not in ROLES:
-        raise InvalidArgument("items", f"line {number}: history.role must be user or assistant")
-    if not isinstance(content, str):
-        raise InvalidArgument("items", f"line {number}: history.content must be a string")
-    return Turn(role=str(role), content=content)
+    question, answer = value.get("question"), value.get("answer", "")
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidArgument(
+            "items", f"line {number}: history.question must be a non-blank string"
+        )
+    if not isinstance(answer, str):
+        raise InvalidArgument("items", f"line {number}: history.answer must be a string")
+    return Turn(question=question, answer=answer)
 
 
 def _relevant(value: object, number: int) -> RelevantDocument:

@@ -40,7 +40,9 @@ def item_from_proto(pb: evaluation_pb2.EvaluationItem, item_id: str = "") -> Ite
         history=tuple(Turn(t.question, t.answer) for t in pb.history),
         relevant=tuple(
             RelevantDocument(
-                r.document_id, r.knowledge_base.removeprefix("knowledge_bases/"), r.grade
+                r.document_id,
+                r.knowledge_base.removeprefix("knowledge_bases/"),
+                r.grade if r.HasField("grade") else 1,
             )
             for r in pb.relevant
         ),
@@ -97,7 +99,7 @@ def run_to_proto(run: RunRecord) -> evaluation_pb2.EvaluationRun:
     pb = evaluation_pb2.EvaluationRun(
         name=run_name(run.set_id, run.id),
         config=config_to_proto(RunConfig.of(run.config)),
-        state=int(run.state),
+        state=run.state.name,
         metrics=dict(run.metrics),
         create_time=timestamp(run.create_time_ms),
         items_total=run.items_total,
@@ -113,7 +115,7 @@ def run_to_proto(run: RunRecord) -> evaluation_pb2.EvaluationRun:
 def run_metadata(run: RunRecord, update_ms: int) -> evaluation_pb2.RunEvaluationMetadata:
     return evaluation_pb2.RunEvaluationMetadata(
         run=run_name(run.set_id, run.id),
-        state=int(run.state),
+        state=run.state.name,
         items_total=run.items_total,
         items_done=run.items_done,
         create_time=timestamp(run.create_time_ms),

@@ -253,7 +253,7 @@ class Evaluations:
             content = _read(self._local(request.uri), "uri") if request.uri else request.content
             if not content:
                 raise InvalidArgument("content", "JSONL needs content (or a uri)")
-            items = parse_jsonl(content)
+            items = tuple(parse_jsonl(content))
         else:
             raise InvalidArgument("format", "must be BEIR or JSONL")
         pairs = [(item.item_id, item) for item in items]

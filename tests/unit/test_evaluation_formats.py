@@ -19,12 +19,14 @@ from orchestrator_service.evaluation.formats import (
 from orchestrator_service.evaluation.model import Item, RelevantDocument, Turn
 from shared.errors import InvalidArgument
 
-#: The shared data beside the checkout, as the benches find it (bench/_retrieval_rig.py).
+#: The whole SciFact beside the checkout, as the benches find it (bench/_retrieval_rig.py);
+#: absent on a machine without it (then only the slice in tests/data is read).
 SCIFACT = Path(
     os.environ.get(
         "SCIFACT_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact"
     )
 )
+SCIFACT_SMALL = Path(__file__).resolve().parents[1] / "data" / "scifact-small"
 
 QUERIES = b"\n".join(
     json.dumps(q).encode()
@@ -144,17 +146,25 @@ def test_beir_refuses_more_than_ten_thousand_judged_queries() -> None:
     assert _refusal(parse_beir, queries, qrels) == f"qrels: judges more than {MAX_ITEMS} queries"
 
 
-def test_the_scifact_training_set_parses_to_one_item_per_judged_query() -> None:
-    queries = (SCIFACT / "queries.jsonl").read_bytes()
-    qrels = (SCIFACT / "qrels" / "train.tsv").read_bytes()
-    judged_ids = {line.split("\t")[0] for line in qrels.decode().splitlines()[1:] if line}
+@pytest.mark.parametrize(
+    ("folder", "items", "judgements"), [(SCIFACT_SMALL, 24, None), (SCIFACT, 809, 919)]
+)
+def test_the_scifact_training_set_parses_to_one_item_per_judged_query(
+    folder: Path, items: int, judgements: int | None
+) -> None:
+    if not folder.exists():
+        pytest.skip(f"{folder} is not on this machine")
+    queries = (folder / "queries.jsonl").read_bytes()
+    qrels = (folder / "qrels" / "train.tsv").read_bytes()
+    judged = [line.split("\t") for line in qrels.decode().splitlines()[1:] if line]
+    judged_ids = {row[0] for row in judged}
     query_ids = [json.loads(line)["_id"] for line in queries.decode().splitlines() if line]
 
     parsed = parse_beir(queries, qrels)
 
-    assert len(parsed.items) == len(set(query_ids) & judged_ids) == 809
+    assert len(parsed.items) == len(set(query_ids) & judged_ids) == items
     assert parsed.skipped_queries == len(query_ids) - len(parsed.items)
-    assert sum(len(item.relevant) for item in parsed.items) == 919
+    assert sum(len(item.relevant) for item in parsed.items) == (judgements or len(judged))
     assert all(item.question and item.item_id for item in parsed.items)
 
 
@@ -168,8 +178,7 @@ def test_jsonl_reads_every_field_and_skips_blank_lines() -> None:
                 "id": "i1",
                 "question": "和上次一样吗？",
                 "history": [
-                    {"role": "user", "content": "What is BM25?"},
-                    {"role": "assistant", "content": "A ranking function."},
+                    {"question": "What is BM25?", "answer": "A ranking function."},
                 ],
                 "relevant": [
                     {"document_id": "d1", "knowledge_base": "kb", "grade": 2},
@@ -190,7 +199,7 @@ def test_jsonl_reads_every_field_and_skips_blank_lines() -> None:
     assert items == [
         Item(
             question="和上次一样吗？",
-            history=(Turn("user", "What is BM25?"), Turn("assistant", "A ranking function.")),
+            history=(Turn("What is BM25?", "A ranking function."),),
             relevant=(RelevantDocument("d1", "kb", 2), RelevantDocument("d2", "", 1)),
             reference_answer="Yes.",
             expected_route="answer",
@@ -222,7 +231,7 @@ def test_jsonl_of_nothing_is_no_items() -> None:
             'items: line 2: unknown key "relevant.score"',
         ),
         (
-            {"question": "q", "history": [{"role": "user", "text": "x"}]},
+            {"question": "q", "history": [{"question": "x", "text": "x"}]},
             'items: line 2: unknown key "history.text"',
         ),
         ({"tags": []}, "items: line 2: question must be a non-empty string"),
@@ -243,18 +252,18 @@ def test_jsonl_of_nothing_is_no_items() -> None:
             "items: line 2: expected_route must be a string",
         ),
         (
-            {"question": "q", "history": [{"role": "system", "content": "x"}]},
-            "items: line 2: history.role must be user or assistant",
+            {"question": "q", "history": [{"question": " ", "answer": "x"}]},
+            "items: line 2: history.question must be a non-blank string",
         ),
         (
-            {"question": "q", "history": [{"role": "user", "content": 1}]},
-            "items: line 2: history.content must be a string",
+            {"question": "q", "history": [{"question": "x", "answer": 1}]},
+            "items: line 2: history.answer must be a string",
         ),
         (
             {"question": "q", "history": ["hi"]},
             "items: line 2: each history entry must be an object",
         ),
-        ({"question": "q", "history": {"role": "user"}}, "items: line 2: history must be a list"),
+        ({"question": "q", "history": {"question": "x"}}, "items: line 2: history must be a list"),
         (
             {"question": "q", "relevant": ["d1"]},
             "items: line 2: each relevant entry must be an object",
