@@ -221,205 +221,203 @@ async def test_a_retrieval_run_reports_the_benchs_ndcg_and_two_runs_compare(
 
 
 async def test_sets_and_items_crud_and_every_bad_input(tmp_path: Path) -> None:
-    async with running_service(tmp_path / "kb.db") as svc:
-        async with orchestrator(svc.port, tmp_path / "orchestrator.sqlite3") as stack:
-            ev = stack.evaluation
-            made = await ev.CreateEvaluationSet(
-                E.CreateEvaluationSetRequest(
-                    evaluation_set_id="hr",
-                    evaluation_set=E.EvaluationSet(
-                        display_name="HR", knowledge_bases=["knowledge_bases/default"]
-                    ),
-                )
+    async with (
+        running_service(tmp_path / "kb.db") as svc,
+        orchestrator(svc.port, tmp_path / "orchestrator.sqlite3") as stack,
+    ):
+        ev = stack.evaluation
+        made = await ev.CreateEvaluationSet(
+            E.CreateEvaluationSetRequest(
+                evaluation_set_id="hr",
+                evaluation_set=E.EvaluationSet(
+                    display_name="HR", knowledge_bases=["knowledge_bases/default"]
+                ),
             )
-            item = await ev.CreateEvaluationItem(
-                E.CreateEvaluationItemRequest(
-                    parent=made.name,
-                    evaluation_item_id="leave-1",
-                    evaluation_item=E.EvaluationItem(
-                        question="How many weeks of parental leave?",
-                        relevant=[E.RelevantDocument(document_id="policy.docx", grade=2)],
-                        reference_answer="Sixteen weeks.",
-                        expected_route="answer",
-                        tags=["hr"],
-                    ),
-                )
+        )
+        item = await ev.CreateEvaluationItem(
+            E.CreateEvaluationItemRequest(
+                parent=made.name,
+                evaluation_item_id="leave-1",
+                evaluation_item=E.EvaluationItem(
+                    question="How many weeks of parental leave?",
+                    relevant=[E.RelevantDocument(document_id="policy.docx", grade=2)],
+                    reference_answer="Sixteen weeks.",
+                    expected_route="answer",
+                    tags=["hr"],
+                ),
             )
-            assert item.name == "evaluation_sets/hr/items/leave-1"
-            batch = await ev.BatchCreateEvaluationItems(
-                E.BatchCreateEvaluationItemsRequest(
-                    parent=made.name,
-                    requests=[
-                        E.CreateEvaluationItemRequest(
-                            evaluation_item=E.EvaluationItem(
-                                question=f"q{i}", expected_route="no_knowledge"
-                            )
+        )
+        assert item.name == "evaluation_sets/hr/items/leave-1"
+        batch = await ev.BatchCreateEvaluationItems(
+            E.BatchCreateEvaluationItemsRequest(
+                parent=made.name,
+                requests=[
+                    E.CreateEvaluationItemRequest(
+                        evaluation_item=E.EvaluationItem(
+                            question=f"q{i}", expected_route="no_knowledge"
                         )
-                        for i in range(3)
-                    ],
-                )
+                    )
+                    for i in range(3)
+                ],
             )
-            assert len(batch.evaluation_items) == 3
-            fetched = await ev.GetEvaluationItem(E.GetEvaluationItemRequest(name=item.name))
-            assert fetched == item
-            listed = await ev.ListEvaluationItems(E.ListEvaluationItemsRequest(parent=made.name))
-            assert len(listed.evaluation_items) == 4
-            await ev.DeleteEvaluationItem(E.DeleteEvaluationItemRequest(name=item.name))
-            after = await ev.GetEvaluationSet(E.GetEvaluationSetRequest(name=made.name))
-            assert after.item_count == 3
-            updated = await ev.UpdateEvaluationSet(
-                E.UpdateEvaluationSetRequest(
-                    evaluation_set=E.EvaluationSet(name=made.name, display_name="People"),
-                    update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
-                )
+        )
+        assert len(batch.evaluation_items) == 3
+        fetched = await ev.GetEvaluationItem(E.GetEvaluationItemRequest(name=item.name))
+        assert fetched == item
+        listed = await ev.ListEvaluationItems(E.ListEvaluationItemsRequest(parent=made.name))
+        assert len(listed.evaluation_items) == 4
+        await ev.DeleteEvaluationItem(E.DeleteEvaluationItemRequest(name=item.name))
+        after = await ev.GetEvaluationSet(E.GetEvaluationSetRequest(name=made.name))
+        assert after.item_count == 3
+        updated = await ev.UpdateEvaluationSet(
+            E.UpdateEvaluationSetRequest(
+                evaluation_set=E.EvaluationSet(name=made.name, display_name="People"),
+                update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
             )
-            assert (updated.display_name, updated.item_count) == ("People", 3)
-            jsonl = b'{"question": "What is the VPN rule?", "relevant": [{"document_id": "policy.docx"}]}\n'
-            imported = await ev.ImportEvaluationItems(
+        )
+        assert (updated.display_name, updated.item_count) == ("People", 3)
+        jsonl = json.dumps(
+            {"question": "What is the VPN rule?", "relevant": [{"document_id": "policy.docx"}]}
+        ).encode()
+        imported = await ev.ImportEvaluationItems(
+            E.ImportEvaluationItemsRequest(
+                evaluation_set=made.name,
+                format=E.ImportEvaluationItemsRequest.JSONL,
+                content=jsonl,
+            )
+        )
+        assert imported.items_imported == 1
+
+        async def refused(call: Any, request: Any) -> tuple[grpc.StatusCode, str]:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call(request)
+            return caught.value.code(), caught.value.details() or ""
+
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        cases = [
+            (
+                ev.GetEvaluationSet,
+                E.GetEvaluationSetRequest(name="evaluation_sets/nope"),
+                grpc.StatusCode.NOT_FOUND,
+                "name",
+            ),
+            (ev.GetEvaluationSet, E.GetEvaluationSetRequest(name="sets/x"), bad, "name"),
+            (
+                ev.CreateEvaluationSet,
+                E.CreateEvaluationSetRequest(evaluation_set_id="hr"),
+                grpc.StatusCode.ALREADY_EXISTS,
+                "evaluation_set_id",
+            ),
+            (
+                ev.CreateEvaluationSet,
+                E.CreateEvaluationSetRequest(evaluation_set_id="Bad Id"),
+                bad,
+                "evaluation_set_id",
+            ),
+            (
+                ev.ImportEvaluationItems,
+                E.ImportEvaluationItemsRequest(
+                    evaluation_set=made.name,
+                    format=E.ImportEvaluationItemsRequest.BEIR,
+                    queries=b'{"_id": "1", "text": "q"}\n',
+                    qrels=b"query-id\tcorpus-id\tscore\n1\td1\n",
+                ),
+                bad,
+                "qrels",
+            ),
+            (
+                ev.ImportEvaluationItems,
                 E.ImportEvaluationItemsRequest(
                     evaluation_set=made.name,
                     format=E.ImportEvaluationItemsRequest.JSONL,
-                    content=jsonl,
-                )
-            )
-            assert imported.items_imported == 1
-
-            async def refused(call: Any, request: Any) -> tuple[grpc.StatusCode, str]:
-                with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await call(request)
-                return caught.value.code(), caught.value.details() or ""
-
-            bad = grpc.StatusCode.INVALID_ARGUMENT
-            cases = [
-                (
-                    ev.GetEvaluationSet,
-                    E.GetEvaluationSetRequest(name="evaluation_sets/nope"),
-                    grpc.StatusCode.NOT_FOUND,
-                    "name",
+                    content=json.dumps(
+                        {"question": "q", "relevant": [{"document_id": "d", "grade": 101}]}
+                    ).encode(),
                 ),
-                (ev.GetEvaluationSet, E.GetEvaluationSetRequest(name="sets/x"), bad, "name"),
-                (
-                    ev.CreateEvaluationSet,
-                    E.CreateEvaluationSetRequest(evaluation_set_id="hr"),
-                    grpc.StatusCode.ALREADY_EXISTS,
-                    "evaluation_set_id",
+                bad,
+                "items",
+            ),
+            (
+                ev.ImportEvaluationItems,
+                E.ImportEvaluationItemsRequest(evaluation_set=made.name),
+                bad,
+                "format",
+            ),
+            (
+                ev.ImportEvaluationItems,
+                E.ImportEvaluationItemsRequest(
+                    evaluation_set=made.name,
+                    format=E.ImportEvaluationItemsRequest.JSONL,
+                    uri="file:///etc/passwd",
                 ),
-                (
-                    ev.CreateEvaluationSet,
-                    E.CreateEvaluationSetRequest(evaluation_set_id="Bad Id"),
-                    bad,
-                    "evaluation_set_id",
-                ),
-                (
-                    ev.ImportEvaluationItems,
-                    E.ImportEvaluationItemsRequest(
-                        evaluation_set=made.name,
-                        format=E.ImportEvaluationItemsRequest.BEIR,
-                        queries=b'{"_id": "1", "text": "q"}\n',
-                        qrels=b"query-id\tcorpus-id\tscore\n1\td1\n",
+                bad,
+                "uri",
+            ),
+            (
+                ev.CreateEvaluationItem,
+                E.CreateEvaluationItemRequest(
+                    parent=made.name,
+                    evaluation_item=E.EvaluationItem(
+                        question="q", relevant=[E.RelevantDocument(document_id="d", grade=-1)]
                     ),
-                    bad,
-                    "qrels",
                 ),
-                (
-                    ev.ImportEvaluationItems,
-                    E.ImportEvaluationItemsRequest(
-                        evaluation_set=made.name,
-                        format=E.ImportEvaluationItemsRequest.JSONL,
-                        content=b'{"question": "q", "relevant": [{"document_id": "d", "grade": 101}]}',
-                    ),
-                    bad,
-                    "items",
+                bad,
+                "evaluation_item.relevant[0].grade",
+            ),
+            (
+                ev.CreateEvaluationItem,
+                E.CreateEvaluationItemRequest(
+                    parent=made.name,
+                    evaluation_item=E.EvaluationItem(question="q", expected_route="maybe"),
                 ),
-                (
-                    ev.ImportEvaluationItems,
-                    E.ImportEvaluationItemsRequest(evaluation_set=made.name),
-                    bad,
-                    "format",
+                bad,
+                "evaluation_item.expected_route",
+            ),
+            (
+                ev.CreateEvaluationItem,
+                E.CreateEvaluationItemRequest(parent=made.name, evaluation_item=E.EvaluationItem()),
+                bad,
+                "evaluation_item.question",
+            ),
+            (
+                ev.RunEvaluation,
+                E.RunEvaluationRequest(evaluation_set=made.name, config=E.RunConfig(top_k=0)),
+                bad,
+                "config.top_k",
+            ),
+            (
+                ev.ListEvaluationResults,
+                E.ListEvaluationResultsRequest(run="evaluation_sets/hr/runs/0123456789abcdef0123"),
+                grpc.StatusCode.NOT_FOUND,
+                "run",
+            ),
+            (
+                ev.UpdateEvaluationSet,
+                E.UpdateEvaluationSetRequest(
+                    evaluation_set=E.EvaluationSet(name=made.name),
+                    update_mask=field_mask_pb2.FieldMask(paths=["item_count"]),
                 ),
-                (
-                    ev.ImportEvaluationItems,
-                    E.ImportEvaluationItemsRequest(
-                        evaluation_set=made.name,
-                        format=E.ImportEvaluationItemsRequest.JSONL,
-                        uri="file:///etc/passwd",
-                    ),
-                    bad,
-                    "uri",
-                ),
-                (
-                    ev.CreateEvaluationItem,
-                    E.CreateEvaluationItemRequest(
-                        parent=made.name,
-                        evaluation_item=E.EvaluationItem(
-                            question="q", relevant=[E.RelevantDocument(document_id="d", grade=-1)]
-                        ),
-                    ),
-                    bad,
-                    "evaluation_item.relevant[0].grade",
-                ),
-                (
-                    ev.CreateEvaluationItem,
-                    E.CreateEvaluationItemRequest(
-                        parent=made.name,
-                        evaluation_item=E.EvaluationItem(question="q", expected_route="maybe"),
-                    ),
-                    bad,
-                    "evaluation_item.expected_route",
-                ),
-                (
-                    ev.CreateEvaluationItem,
-                    E.CreateEvaluationItemRequest(
-                        parent=made.name, evaluation_item=E.EvaluationItem()
-                    ),
-                    bad,
-                    "evaluation_item.question",
-                ),
-                (
-                    ev.RunEvaluation,
-                    E.RunEvaluationRequest(evaluation_set=made.name, config=E.RunConfig(top_k=0)),
-                    bad,
-                    "config.top_k",
-                ),
-                (
-                    ev.ListEvaluationResults,
-                    E.ListEvaluationResultsRequest(
-                        run="evaluation_sets/hr/runs/0123456789abcdef0123"
-                    ),
-                    grpc.StatusCode.NOT_FOUND,
-                    "run",
-                ),
-                (
-                    ev.UpdateEvaluationSet,
-                    E.UpdateEvaluationSetRequest(
-                        evaluation_set=E.EvaluationSet(name=made.name),
-                        update_mask=field_mask_pb2.FieldMask(paths=["item_count"]),
-                    ),
-                    bad,
-                    "update_mask",
-                ),
-            ]
-            for call, request, code, field in cases:
-                got_code, details = await refused(call, request)
-                assert got_code == code, (request, details)
-                assert details.startswith(field), (field, details)
-            # Nothing refused changed what was stored.
-            still = await ev.GetEvaluationSet(E.GetEvaluationSetRequest(name=made.name))
-            assert still.item_count == 4
-            empty = await ev.CreateEvaluationSet(
-                E.CreateEvaluationSetRequest(evaluation_set_id="empty")
-            )
-            code, details = await refused(
-                ev.RunEvaluation, E.RunEvaluationRequest(evaluation_set=empty.name)
-            )
-            assert code == grpc.StatusCode.FAILED_PRECONDITION and details.startswith(
-                "evaluation_set"
-            )
-            await ev.DeleteEvaluationSet(E.DeleteEvaluationSetRequest(name=made.name))
-            code, _ = await refused(
-                ev.GetEvaluationItem, E.GetEvaluationItemRequest(name=fetched.name)
-            )
-            assert code == grpc.StatusCode.NOT_FOUND
+                bad,
+                "update_mask",
+            ),
+        ]
+        for call, request, code, field in cases:
+            got_code, details = await refused(call, request)
+            assert got_code == code, (request, details)
+            assert details.startswith(field), (field, details)
+        # Nothing refused changed what was stored.
+        still = await ev.GetEvaluationSet(E.GetEvaluationSetRequest(name=made.name))
+        assert still.item_count == 4
+        empty = await ev.CreateEvaluationSet(
+            E.CreateEvaluationSetRequest(evaluation_set_id="empty")
+        )
+        code, details = await refused(
+            ev.RunEvaluation, E.RunEvaluationRequest(evaluation_set=empty.name)
+        )
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and details.startswith("evaluation_set")
+        await ev.DeleteEvaluationSet(E.DeleteEvaluationSetRequest(name=made.name))
+        code, _ = await refused(ev.GetEvaluationItem, E.GetEvaluationItemRequest(name=fetched.name))
+        assert code == grpc.StatusCode.NOT_FOUND
 
 
 async def test_a_run_mode_evaluation_runs_the_workflow_and_judges_routes(tmp_path: Path) -> None:
