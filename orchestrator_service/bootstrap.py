@@ -6,6 +6,8 @@ exercise the production wiring."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +24,9 @@ from orchestrator_service.evaluation.service import Evaluations
 from orchestrator_service.evaluation.servicer import EvaluationServicer
 from orchestrator_service.evaluation.store import EvaluationStore
 from orchestrator_service.graph import build_graphs
-from orchestrator_service.metrics import EVALUATION_ITEMS, InstrumentedModelClient
+from orchestrator_service.history.service import RunHistory
+from orchestrator_service.history.store import HistoryStore
+from orchestrator_service.metrics import EVALUATION_ITEMS, FEEDBACK, InstrumentedModelClient
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.orchestrator import Orchestrator
@@ -48,16 +52,24 @@ class App:
     database: Database
     evaluations: Evaluations
     runner: EvaluationRunner
+    history: RunHistory
     settings: OrchestratorSettings
+    _sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Before serving: the database reached and its schema current (a ConfigurationError
         naming ORCHESTRATOR_DATABASE_URL otherwise), then the evaluation runner started."""
         await self.database.check_reachable()
         await MIGRATIONS.ensure_schema(self.database, migrate=self.settings.migrate_on_start)
+        await self.history.sweep()
         self.runner.start()
+        self._sweeper = asyncio.create_task(self.history.sweep_periodically())
 
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         await self.runner.stop()
         await self.model.aclose()
         await self.retrieval.aclose()
@@ -83,14 +95,21 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         else None,
         interceptors=client_interceptors(),
     )
+    database = Database(
+        DatabaseConfig(settings.orchestrator_database_url or default_database_url())
+    )
+    history = RunHistory(
+        HistoryStore(database),
+        enabled=settings.run_history,
+        days=settings.run_history_days,
+        on_feedback=lambda rating: FEEDBACK.labels(rating).inc(),
+    )
     core = Orchestrator(
         model,
         retrieval,
         build_graphs(),
         max_question_chars=settings.max_question_chars,
-    )
-    database = Database(
-        DatabaseConfig(settings.orchestrator_database_url or default_database_url())
+        history=history,
     )
     operations = SqlOperationStore(database, operations_table)
     store = EvaluationStore(database)
@@ -106,7 +125,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
     def add_servicers(server: grpc.aio.Server) -> None:
         add_servicer(core)(server)
         evaluation_pb2_grpc.add_EvaluationServiceServicer_to_server(
-            EvaluationServicer(evaluations), server
+            EvaluationServicer(evaluations, history), server
         )
         operations_pb2_grpc.add_OperationsServicer_to_server(
             OperationsServicer(Operations(operations)), server
@@ -129,6 +148,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         database=database,
         evaluations=evaluations,
         runner=runner,
+        history=history,
         settings=settings,
     )
 

@@ -111,6 +111,11 @@ DB_OPERATIONS = (
     "operations_finish",
     "operations_release",
     "operations_counts",
+    "runs_write",
+    "runs_read",
+    "runs_expire",
+    "feedback_write",
+    "feedback_read",
 )
 DB_ERRORS = Counter(
     "supermew_db_errors_total",
@@ -128,6 +133,15 @@ EVALUATION_ITEMS = Counter(
     "supermew_evaluation_items_total",
     "Evaluation items run, by outcome (ok, failed).",
     ("result",),
+    registry=REGISTRY,
+)
+
+
+#: Feedback given (CreateFeedback), by rating.
+FEEDBACK = Counter(
+    "supermew_feedback_total",
+    "Feedback given on answers, by rating (THUMBS_UP, THUMBS_DOWN).",
+    ("rating",),
     registry=REGISTRY,
 )
 

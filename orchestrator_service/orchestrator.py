@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator_service import metrics, steps
 from orchestrator_service.answer import (
@@ -21,6 +21,7 @@ from orchestrator_service.answer import (
     partial_note,
 )
 from orchestrator_service.conversation import Turn, check_history
+from orchestrator_service.history.model import HistoryEntry, uuid7
 from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
@@ -28,6 +29,7 @@ from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, Ru
 from orchestrator_service.state import initial_state
 from orchestrator_service.steps import NULL_SINK, StepSink
 from orchestrator_service.synthesis import MissingParts, missing_parts
+from shared.access import kb_id_named
 from shared.errors import DeadlineExceeded, InvalidArgument, ModelOutputInvalid
 from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
@@ -40,6 +42,10 @@ if TYPE_CHECKING:  # the graphs come built: the core never imports LangGraph or 
 
 #: Receives each piece of the answer as it is written (a stream's AnswerDelta events).
 AnswerSink = Callable[[str], None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _discard(_text: str) -> None:
@@ -86,6 +92,19 @@ class RunOutcome:
     #: What was retrieved, graded and answered for when the request had a history; "" when
     #: it had none (then `question` was).
     standalone_question: str = ""
+    #: This run's UUIDv7 (docs/api.md#run-history).
+    run_id: str = ""
+
+
+class RunRecorder(Protocol):
+    """Where finished runs go (the run history; a no-op with RUN_HISTORY off)."""
+
+    async def record(self, entry: HistoryEntry) -> None: ...
+
+
+class _NoHistory:
+    async def record(self, entry: HistoryEntry) -> None:
+        return None
 
 
 class Orchestrator:
@@ -96,10 +115,12 @@ class Orchestrator:
         graphs: Graphs,
         *,
         max_question_chars: int = 4000,
+        history: RunRecorder | None = None,
     ) -> None:
         """`graphs`: the compiled workflows (`graph.build_graphs`), built once by the
-        composition root and shared by every request."""
+        composition root and shared by every request; `history` records each finished run."""
         self.model = model
+        self._history = history or _NoHistory()
         self.retrieval = retrieval
         self._max_chars = max_question_chars
         self._graph, self._resume_graph = graphs.rag, graphs.resume
@@ -123,6 +144,7 @@ class Orchestrator:
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
         answer_sink: AnswerSink = _discard,
+        key_id: str = "",
     ) -> RunOutcome:
         """The full graph for a new question. `timeout`: seconds left of the caller's deadline.
         With `generate_answer`, an answer route also gets its answer, each piece passed to
@@ -133,12 +155,14 @@ class Orchestrator:
         check_scope(scope)
         check_history(history, self._max_chars)
         record_question(question)
+        started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
         state = initial_state(question)
         if history:
             state["history"] = list(history)
         final = await self._graph.ainvoke(state, context=ctx)
-        return await self._finish(final, ctx, generate_answer, answer_sink)
+        outcome = await self._finish(final, ctx, generate_answer, answer_sink)
+        return await self._recorded(outcome, "run", question, scope, key_id, started_ms)
 
     async def resume(
         self,
@@ -151,6 +175,7 @@ class Orchestrator:
         timeout: float | None = None,
         steps_sink: StepSink = NULL_SINK,
         answer_sink: AnswerSink = _discard,
+        key_id: str = "",
     ) -> RunOutcome:
         """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading; then the
         answer as for `run`. `scope` is not in the snapshot: the caller sends the run's
@@ -166,10 +191,50 @@ class Orchestrator:
         self._check_text("question", state["question"])
         record_question(state["question"])
         metrics.record_resume()
+        started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
         ctx.emit(state, steps.RESUME, user_answer)
         final = await self._resume_graph.ainvoke(state, context=ctx)
-        return await self._finish(final, ctx, generate_answer, answer_sink)
+        outcome = await self._finish(final, ctx, generate_answer, answer_sink)
+        return await self._recorded(outcome, "resume", user_answer, scope, key_id, started_ms)
+
+    async def _recorded(
+        self,
+        outcome: RunOutcome,
+        kind: str,
+        asked: str,
+        scope: RetrievalScope,
+        key_id: str,
+        started_ms: int,
+    ) -> RunOutcome:
+        """The outcome with its run id, recorded in the run history."""
+        outcome = replace(outcome, run_id=uuid7(started_ms))
+        answer = outcome.answer
+        await self._history.record(
+            HistoryEntry(
+                run_id=outcome.run_id,
+                kind=kind,
+                question=asked,
+                standalone_question=outcome.standalone_question,
+                knowledge_bases=tuple(
+                    dict.fromkeys(kb_id_named(kb) for kb in scope.knowledge_bases or ("",))
+                ),
+                filter=scope.filter,
+                route=outcome.route,
+                retrieval_status=outcome.retrieval_status,
+                answer=answer.text if answer is not None else "",
+                cited_document_ids=tuple(
+                    dict.fromkeys(c.document_id for c in answer.citations if c.document_id)
+                )
+                if answer is not None
+                else (),
+                rag_trace=outcome.rag_trace,
+                key_id=key_id,
+                create_time_ms=started_ms,
+                end_time_ms=_now_ms(),
+            )
+        )
+        return outcome
 
     async def _finish(
         self,

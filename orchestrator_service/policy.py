@@ -59,6 +59,12 @@ _EVALUATION_SERVICE: Final = {
     "ListEvaluationRuns": RpcPolicy(Permission.READ),
     "ListEvaluationResults": RpcPolicy(Permission.READ),
     "CompareEvaluationRuns": RpcPolicy(Permission.READ),
+    # Run history: the core shows a key only the runs on its knowledge bases.
+    "GetRun": RpcPolicy(Permission.READ),
+    "ListRuns": RpcPolicy(Permission.READ),
+    "CreateFeedback": RpcPolicy(Permission.READ),
+    "ListFeedback": RpcPolicy(Permission.READ),
+    "AddFeedbackToEvaluationSet": RpcPolicy(Permission.WRITE),
 }
 
 #: Every RPC of the orchestrator server, by full method name.

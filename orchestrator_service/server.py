@@ -34,6 +34,7 @@ def result_to_proto(outcome: RunOutcome) -> orchestrator_pb2.RunResult:
         docs=[chunk_to_proto(d) for d in outcome.docs],
         context=outcome.context,
         standalone_question=outcome.standalone_question,
+        run_id=outcome.run_id,
     )
     if outcome.rag_trace is not None:
         result.rag_trace.CopyFrom(rag_trace_to_proto(outcome.rag_trace))
@@ -106,6 +107,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
             scope=_scope(request),
             history=_history(request),
             timeout=_time_left(context),
+            key_id=current_principal().key_id,
         )
         return result_to_proto(outcome)
 
@@ -119,6 +121,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
             scope=_scope(request),
             history=_history(request),
             timeout=_time_left(context),
+            key_id=current_principal().key_id,
         )
         return result_to_proto(outcome)
 
@@ -126,6 +129,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
         self, request: orchestrator_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
         timeout, scope = _time_left(context), _scope(request)
+        key_id = current_principal().key_id
         async for event in _stream(
             lambda sink: self._core.run(
                 request.question,
@@ -135,6 +139,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,
+                key_id=key_id,
             ),
             request.question,
         ):
@@ -144,6 +149,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
         self, request: orchestrator_pb2.ResumeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[orchestrator_pb2.RunEvent]:
         timeout, scope = _time_left(context), _scope(request)
+        key_id = current_principal().key_id
         snapshot = hitl_state_from_proto(request.resume_state)
         async for event in _stream(
             lambda sink: self._core.resume(
@@ -155,6 +161,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
                 timeout=timeout,
                 steps_sink=sink,
                 answer_sink=sink.answer,
+                key_id=key_id,
             ),
             str(snapshot.get("question") or request.user_answer),
         ):

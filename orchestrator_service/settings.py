@@ -58,6 +58,14 @@ class OrchestratorSettings(ServerSettings):
         description="Comma-separated folders ImportEvaluationItems may read file:// uris "
         "under (unset: file imports are refused).",
     )
+    run_history: bool = Field(
+        False,
+        description="Record every Run and Resume with its trace (GetRun, ListRuns); `make run` "
+        "turns it on.",
+    )
+    run_history_days: int = Field(
+        30, ge=1, le=3650, description="Days a run stays in the history before it is deleted."
+    )
     evaluation_lease_seconds: float = Field(
         30.0,
         gt=0,

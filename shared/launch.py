@@ -66,6 +66,8 @@ def environments(base: Mapping[str, str]) -> dict[str, dict[str, str]]:
     orchestrator = out["orchestrator_service"]
     if not env.get("RETRIEVAL_ADDR"):
         orchestrator["RETRIEVAL_ADDR"] = f"localhost:{retrieval_port}"
+    # On a laptop the history is what `eval report` and feedback read (docs/api.md#run-history).
+    orchestrator.setdefault("RUN_HISTORY", "true")
     if env.get("TLS_CERT_FILE") and not env.get("RETRIEVAL_TLS_CA_FILE"):
         # Retrieval speaks TLS: the orchestrator trusts the CA that `make certs` made (the
         # one of TLS_CLIENT_CA_FILE under mTLS) and, under mTLS, presents the same

@@ -73,6 +73,7 @@ class ItemRunner:
                 answer=answer.text if answer is not None else "",
                 cited_documents=tuple(dict.fromkeys(cited)),
                 latency_seconds=latency,
+                run_id=outcome.run_id,
             )
         retrieval = await self._retrieval.retrieve(
             item.question, scope=scope, top_k=config.top_k or DEFAULT_TOP_K

@@ -13,6 +13,9 @@ from orchestrator_service.evaluation.compare import MetricComparison
 from orchestrator_service.evaluation.model import Item, RelevantDocument, RunConfig, Turn
 from orchestrator_service.evaluation.names import item_name, run_name, set_name
 from orchestrator_service.evaluation.store import RunRecord, SetRecord, StoredItem
+from orchestrator_service.history.model import REASONS, FeedbackRecord, HistoryEntry
+from orchestrator_service.history.service import FeedbackInput
+from shared.codec import rag_trace_to_proto
 
 _MODE = evaluation_pb2.RunConfig.Mode
 
@@ -151,4 +154,68 @@ def comparison_to_proto(row: MetricComparison) -> evaluation_pb2.MetricCompariso
         won=row.won,
         lost=row.lost,
         tied=row.tied,
+    )
+
+
+def history_to_proto(entry: HistoryEntry) -> evaluation_pb2.RunRecord:
+    pb = evaluation_pb2.RunRecord(
+        name=f"runs/{entry.run_id}",
+        kind=entry.kind,
+        question=entry.question,
+        standalone_question=entry.standalone_question,
+        knowledge_bases=[f"knowledge_bases/{kb}" for kb in entry.knowledge_bases],
+        filter=entry.filter,
+        route=entry.route,
+        retrieval_status=entry.retrieval_status,
+        answer=entry.answer,
+        cited_document_ids=list(entry.cited_document_ids),
+        key_id=entry.key_id,
+        create_time=timestamp(entry.create_time_ms),
+        end_time=timestamp(entry.end_time_ms),
+        feedback_rating=entry.feedback_rating.name,
+    )
+    if entry.rag_trace is not None:
+        pb.rag_trace.CopyFrom(rag_trace_to_proto(entry.rag_trace))
+    return pb
+
+
+def feedback_input(pb: evaluation_pb2.Feedback) -> FeedbackInput:
+    return FeedbackInput(
+        rating=int(pb.rating),
+        reasons=tuple(int(r) for r in pb.reasons),
+        comment=pb.comment,
+        expected_document_ids=tuple(pb.expected_document_ids),
+        corrected_answer=pb.corrected_answer,
+        question=pb.question,
+        answer=pb.answer,
+    )
+
+
+def feedback_to_proto(record: FeedbackRecord) -> evaluation_pb2.Feedback:
+    return evaluation_pb2.Feedback(
+        name=record.name,
+        rating=record.rating.name,
+        reasons=[REASONS[r] for r in record.reasons],
+        comment=record.comment,
+        expected_document_ids=list(record.expected_document_ids),
+        corrected_answer=record.corrected_answer,
+        question=record.question,
+        answer=record.answer,
+        create_time=timestamp(record.create_time_ms),
+        key_id=record.key_id,
+    )
+
+
+def item_from_feedback(record: FeedbackRecord, entry: HistoryEntry | None) -> Item:
+    """AddFeedbackToEvaluationSet: the question asked (the standalone one when the run
+    condensed a conversation, so the item stands alone), the expected documents as relevant,
+    the corrected answer as the reference."""
+    question = record.question
+    if entry is not None and entry.standalone_question:
+        question = entry.standalone_question
+    return Item(
+        question=question,
+        relevant=tuple(RelevantDocument(d) for d in record.expected_document_ids),
+        reference_answer=record.corrected_answer,
+        tags=("feedback", record.rating.name.lower()),
     )

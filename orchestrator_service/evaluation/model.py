@@ -70,6 +70,8 @@ class Outcome:
     answer_cosine: float | None = None
     #: The answer's support score from the grounding check, when one ran.
     support_score: float | None = None
+    #: RUN mode: the RunResult.run_id of the run that answered.
+    run_id: str = ""
 
 
 def judgement_of(item: Item) -> Judgement:

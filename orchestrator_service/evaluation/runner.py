@@ -224,7 +224,7 @@ class EvaluationRunner:
         except DomainError as exc:
             code = status_code_for(type(exc)) or grpc.StatusCode.INTERNAL
             raise RunFailed(code, str(exc)) from exc
-        return result_body(item, outcome, run_id=getattr(outcome, "run_id", ""))
+        return result_body(item, outcome, run_id=outcome.run_id)
 
     async def _save(self, claimed: ClaimedOperation, run: RunRecord, progress: _Progress) -> None:
         now = self._now_ms()

@@ -201,7 +201,8 @@ class Evaluations:
         field: str = "requests",
     ) -> list[StoredItem]:
         """(id or "", item) pairs, all or none."""
-        record = await self.readable_set(parent, "parent", access, Permission.WRITE)
+        where_set = "evaluation_set" if field == "feedback" else "parent"
+        record = await self.readable_set(parent, where_set, access, Permission.WRITE)
         if len(items) > MAX_IMPORT_ITEMS:
             raise InvalidArgument(field, f"at most {MAX_IMPORT_ITEMS} items at once")
         checked: list[tuple[str, Item]] = []

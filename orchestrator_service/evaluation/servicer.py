@@ -12,6 +12,10 @@ from supermew.v1 import evaluation_pb2, evaluation_pb2_grpc
 from orchestrator_service.evaluation.messages import (
     comparison_to_proto,
     config_from_proto,
+    feedback_input,
+    feedback_to_proto,
+    history_to_proto,
+    item_from_feedback,
     item_from_proto,
     item_to_proto,
     result_to_proto,
@@ -21,6 +25,8 @@ from orchestrator_service.evaluation.messages import (
 )
 from orchestrator_service.evaluation.names import parse_run
 from orchestrator_service.evaluation.service import Evaluations, ImportRequest
+from orchestrator_service.history.service import RunHistory
+from shared.access import current_principal
 from shared.errors import InvalidArgument
 from shared.operations import principal_access, principal_visible
 
@@ -34,8 +40,9 @@ Context = grpc.aio.ServicerContext
 
 
 class EvaluationServicer(evaluation_pb2_grpc.EvaluationServiceServicer):
-    def __init__(self, evaluations: Evaluations) -> None:
+    def __init__(self, evaluations: Evaluations, history: RunHistory) -> None:
         self._core = evaluations
+        self._history = history
 
     async def CreateEvaluationSet(
         self, request: evaluation_pb2.CreateEvaluationSetRequest, context: Context
@@ -208,4 +215,63 @@ class EvaluationServicer(evaluation_pb2_grpc.EvaluationServiceServicer):
         return evaluation_pb2.CompareEvaluationRunsResponse(
             metrics=[comparison_to_proto(row) for row in comparison.metrics],
             items_paired=comparison.items_paired,
+        )
+
+    async def GetRun(
+        self, request: evaluation_pb2.GetRunRequest, context: Context
+    ) -> evaluation_pb2.RunRecord:
+        return history_to_proto(await self._history.get(request.name, principal_visible()))
+
+    async def ListRuns(
+        self, request: evaluation_pb2.ListRunsRequest, context: Context
+    ) -> evaluation_pb2.ListRunsResponse:
+        entries, token = await self._history.page(
+            request.filter, request.page_size, request.page_token, principal_visible()
+        )
+        return evaluation_pb2.ListRunsResponse(
+            runs=[history_to_proto(e) for e in entries], next_page_token=token
+        )
+
+    async def CreateFeedback(
+        self, request: evaluation_pb2.CreateFeedbackRequest, context: Context
+    ) -> evaluation_pb2.Feedback:
+        record = await self._history.create_feedback(
+            request.parent,
+            feedback_input(request.feedback),
+            current_principal().key_id,
+            principal_visible(),
+        )
+        return feedback_to_proto(record)
+
+    async def ListFeedback(
+        self, request: evaluation_pb2.ListFeedbackRequest, context: Context
+    ) -> evaluation_pb2.ListFeedbackResponse:
+        records, token = await self._history.feedback_page(
+            request.parent,
+            request.filter,
+            request.page_size,
+            request.page_token,
+            current_principal().key_id,
+            principal_visible(),
+        )
+        return evaluation_pb2.ListFeedbackResponse(
+            feedback=[feedback_to_proto(r) for r in records], next_page_token=token
+        )
+
+    async def AddFeedbackToEvaluationSet(
+        self, request: evaluation_pb2.AddFeedbackToEvaluationSetRequest, context: Context
+    ) -> evaluation_pb2.AddFeedbackToEvaluationSetResponse:
+        if not 1 <= len(request.feedback) <= 1000:
+            raise InvalidArgument("feedback", "must name 1..1000 feedback")
+        found = await self._history.feedback_named(
+            list(request.feedback), current_principal().key_id, principal_visible()
+        )
+        added = await self._core.add_items(
+            request.evaluation_set,
+            [("", item_from_feedback(record, entry)) for record, entry in found],
+            principal_access,
+            field="feedback",
+        )
+        return evaluation_pb2.AddFeedbackToEvaluationSetResponse(
+            evaluation_items=[item_to_proto(s) for s in added]
         )

@@ -1,4 +1,5 @@
-"""The orchestrator's first schema: evaluation sets, items, runs, results and operations.
+"""The orchestrator's first schema: evaluation sets, items, runs, results, operations, the run
+history and feedback.
 
 Revision ID: 0001_evaluation
 Revises:
@@ -95,10 +96,55 @@ def upgrade() -> None:
         sa.Column("update_time", sa.BigInteger, nullable=False),
     )
     op.create_index("operations_state", "operations", ["state"])
+    op.create_table(
+        "runs",
+        sa.Column("id", sa.String(36), primary_key=True),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("question", sa.Text, nullable=False),
+        sa.Column("standalone_question", sa.Text, nullable=False),
+        sa.Column("knowledge_bases", _json(), nullable=False),
+        sa.Column("kb_list", sa.Text, nullable=False),
+        sa.Column("filter", sa.Text, nullable=False),
+        sa.Column("route", sa.String(32), nullable=False),
+        sa.Column("retrieval_status", sa.String(32), nullable=False),
+        sa.Column("answer", sa.Text, nullable=False),
+        sa.Column("cited", _json(), nullable=False),
+        sa.Column("trace", _json(), nullable=True),
+        sa.Column("key_id", sa.String(128), nullable=False),
+        sa.Column("create_time", sa.BigInteger, nullable=False),
+        sa.Column("end_time", sa.BigInteger, nullable=False),
+        sa.Column("feedback_rating", sa.SmallInteger, nullable=False),
+    )
+    op.create_index("runs_create_time", "runs", ["create_time"])
+    op.create_table(
+        "feedback",
+        sa.Column("run_id", sa.String(36), primary_key=True),
+        sa.Column("id", sa.String(32), primary_key=True),
+        sa.Column("rating", sa.SmallInteger, nullable=False),
+        sa.Column("reasons", _json(), nullable=False),
+        sa.Column("comment", sa.Text, nullable=False),
+        sa.Column("expected", _json(), nullable=False),
+        sa.Column("corrected_answer", sa.Text, nullable=False),
+        sa.Column("question", sa.Text, nullable=False),
+        sa.Column("answer", sa.Text, nullable=False),
+        sa.Column("key_id", sa.String(128), nullable=False),
+        sa.Column("knowledge_bases", _json(), nullable=False),
+        sa.Column("create_time", sa.BigInteger, nullable=False),
+    )
+    op.create_index("feedback_create_time", "feedback", ["create_time"])
 
 
 def downgrade() -> None:
+    op.drop_index("feedback_create_time", "feedback")
+    op.drop_index("runs_create_time", "runs")
     op.drop_index("operations_state", "operations")
-    for table in ("operations", "evaluation_results", "evaluation_runs", "evaluation_items"):
+    for table in (
+        "feedback",
+        "runs",
+        "operations",
+        "evaluation_results",
+        "evaluation_runs",
+        "evaluation_items",
+    ):
         op.drop_table(table)
     op.drop_table("evaluation_sets")
