@@ -12,7 +12,7 @@ from typing import Final
 
 from orchestrator_service.settings import EVALUATION_SERVICE, SERVICE_NAME
 from shared.access import Permission
-from shared.operations import OPERATIONS_POLICIES
+from shared.operation_policies import OPERATIONS_POLICIES
 from shared.policy import AuditRow, RpcPolicies, RpcPolicy, service_policies
 
 #: supermew.v1.OrchestratorService, by method name. A streamed call's documents are its

@@ -12,7 +12,7 @@ from typing import Final
 
 from retrieval_service.settings import SERVICE_NAME
 from shared.access import Permission
-from shared.operations import OPERATIONS_POLICIES
+from shared.operation_policies import OPERATIONS_POLICIES
 from shared.policy import AuditRow, RpcPolicies, RpcPolicy, service_policies
 
 READ, WRITE, MANAGE = Permission.READ, Permission.WRITE, Permission.MANAGE

@@ -32,7 +32,6 @@ from shared.access import (
     current_principal,
 )
 from shared.errors import FailedPrecondition, InvalidArgument, NotFound
-from shared.policy import RpcPolicy, service_policies
 
 #: An operation's name is OPERATION_PREFIX + its id.
 OPERATION_PREFIX: Final = "operations/"
@@ -363,17 +362,3 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
 
 #: The full name of the service, for reflection.
 OPERATIONS_SERVICE: Final = operations_pb2.DESCRIPTOR.services_by_name["Operations"].full_name
-
-#: Its policy rows (docs/api.md#operations), the same in every service that serves it: an
-#: operation's knowledge bases are read from the operation, so `Operations` checks them; the
-#: role is checked by these rows.
-OPERATIONS_POLICIES: Final[dict[str, RpcPolicy]] = service_policies(
-    OPERATIONS_SERVICE,
-    {
-        "GetOperation": RpcPolicy(Permission.READ),
-        "ListOperations": RpcPolicy(Permission.READ),
-        "WaitOperation": RpcPolicy(Permission.READ),
-        "CancelOperation": RpcPolicy(Permission.WRITE),
-        "DeleteOperation": RpcPolicy(Permission.WRITE),
-    },
-)

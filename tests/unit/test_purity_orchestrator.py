@@ -27,6 +27,18 @@ IMPURE = (
     "orchestrator_service.nodes.",
     "orchestrator_service.models.local",
     "orchestrator_service.models.remote",
+    # The database and the evaluation/history adapters (SQL, protos, gRPC); their rules —
+    # metrics, comparison, formats, names, filters, records — stay pure.
+    "orchestrator_service.database",
+    "orchestrator_service.evaluation.executors",
+    "orchestrator_service.evaluation.messages",
+    "orchestrator_service.evaluation.runner",
+    "orchestrator_service.evaluation.service",
+    "orchestrator_service.evaluation.servicer",
+    "orchestrator_service.evaluation.store",
+    "orchestrator_service.evaluation.results",
+    "orchestrator_service.history.service",
+    "orchestrator_service.history.store",
 )
 
 

@@ -9,15 +9,17 @@ import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
-from supermew.v1 import orchestrator_pb2, retrieval_pb2
+from supermew.v1 import evaluation_pb2, orchestrator_pb2, retrieval_pb2
 
 from orchestrator_service.policy import ORCHESTRATOR_POLICIES
 from orchestrator_service.settings import SERVICE_NAME as ORCHESTRATOR
 from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.settings import SERVICE_NAME as RETRIEVAL
+from shared.operation_policies import OPERATIONS_POLICIES, OPERATIONS_SERVICE_NAME
+from shared.operations import OPERATIONS_SERVICE
 from shared.policy import RpcPolicies, knowledge_bases_named
 
-assert retrieval_pb2.DESCRIPTOR and orchestrator_pb2.DESCRIPTOR  # registered in the pool
+assert retrieval_pb2.DESCRIPTOR and orchestrator_pb2.DESCRIPTOR and evaluation_pb2.DESCRIPTOR
 
 #: Each server's table and the service its composition root serves. A service the table names
 #: (e.g. google.longrunning.Operations, once served) is checked the same way.
@@ -43,7 +45,10 @@ def test_every_rpc_served_has_exactly_one_row_and_no_row_is_extra(
 
 
 def test_each_service_holds_only_its_own_rows() -> None:
-    assert not set(RETRIEVAL_POLICIES) & set(ORCHESTRATOR_POLICIES)
+    # google.longrunning.Operations is served by both (imports; evaluation runs), same rows.
+    shared = set(RETRIEVAL_POLICIES) & set(ORCHESTRATOR_POLICIES)
+    assert shared == set(OPERATIONS_POLICIES)
+    assert all(RETRIEVAL_POLICIES[m] == ORCHESTRATOR_POLICIES[m] for m in shared)
 
 
 def _method(full_name: str) -> MethodDescriptor:
@@ -86,3 +91,7 @@ def test_a_request_naming_no_knowledge_base_means_the_default_one(
         empty = GetMessageClass(_method(full_name).input_type)()
         expected = [] if policy.knowledge_base_field is None else ["default"]
         assert knowledge_bases_named(policy, empty) == expected, full_name
+
+
+def test_the_operations_rows_name_the_served_service() -> None:
+    assert OPERATIONS_SERVICE_NAME == OPERATIONS_SERVICE
