@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
-from supermew.v1 import orchestrator_pb2_grpc
+from google.longrunning import operations_pb2_grpc
+from supermew.v1 import evaluation_pb2_grpc, orchestrator_pb2_grpc
 
 from bench._retrieval_rig import MODES, Endpoint, bench_settings, scratch_db, serve_modes
 from orchestrator_service.bootstrap import App, build_app
@@ -21,14 +23,18 @@ from retrieval_service.bootstrap import RetrievalApp, create_app
 class LocalStack:
     orchestrator: orchestrator_pb2_grpc.OrchestratorServiceStub
     retrieval: Endpoint
+    #: The orchestrator's EvaluationService and google.longrunning.Operations (its database
+    #: a scratch SQLite file beside the store).
+    evaluation: evaluation_pb2_grpc.EvaluationServiceStub
+    operations: operations_pb2_grpc.OperationsStub
 
 
 @asynccontextmanager
 async def local_stack(
-    prefix: str, fill: Callable[[RetrievalApp], Awaitable[object]]
+    prefix: str, fill: Callable[[RetrievalApp], Awaitable[object]], **orchestrator_settings: Any
 ) -> AsyncIterator[LocalStack]:
     """Both services, the store filled by `fill(app)` before the orchestrator starts; all of
-    it stopped and removed afterwards."""
+    it stopped and removed afterwards. `orchestrator_settings` override (RUN_HISTORY, …)."""
     with scratch_db(prefix) as db:
         app = await create_app(bench_settings(db))
         orchestrator: App | None = None
@@ -44,12 +50,19 @@ async def local_stack(
                         retrieval_addr=retrieval.address,
                         llm_base_url=None,
                         log_level="WARNING",
+                        orchestrator_database_url=f"sqlite+aiosqlite:///{db}.orchestrator.sqlite3",
+                        **orchestrator_settings,
                     )
                 )
+                await orchestrator.start()
                 port = await orchestrator.server.start()
                 async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                    stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
-                    yield LocalStack(stub, retrieval)
+                    yield LocalStack(
+                        orchestrator_pb2_grpc.OrchestratorServiceStub(channel),
+                        retrieval,
+                        evaluation_pb2_grpc.EvaluationServiceStub(channel),
+                        operations_pb2_grpc.OperationsStub(channel),
+                    )
         finally:
             if orchestrator is not None:
                 await orchestrator.server.stop(0)

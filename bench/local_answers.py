@@ -14,6 +14,10 @@ sub-question the answer must say it could not answer); questions about "this pla
 widget" carry `options`, the expected `hitl_options` (`[]`: a manual's sections are never
 options).
 
+The same questions then run through the API as an evaluation set (`RunEvaluation` in RUN mode,
+`ListEvaluationResults`), and the route and answer figures are computed again from those
+results, side by side with the direct ones: they must agree (docs/api.md#evaluation-runs).
+
 Printed: route accuracy; answer accuracy (route `answer` and a citation's quote contains the
 supporting sentence); `no_knowledge` precision (of the questions routed `no_knowledge`, the share
 whose expected route allows it); honest partials (of the compound questions, those whose answer
@@ -31,9 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from supermew.v1 import orchestrator_pb2
+from google.longrunning import operations_proto_pb2 as operations_pb2
+from google.protobuf import duration_pb2
+from supermew.v1 import evaluation_pb2, orchestrator_pb2
 
-from bench._local_stack import local_stack
+from bench._local_stack import LocalStack, local_stack
 from bench._retrieval_rig import quiet
 from retrieval_service.bootstrap import RetrievalApp
 from retrieval_service.core.ingest.validation import SourceDocument
@@ -86,7 +92,8 @@ def supported(result: orchestrator_pb2.RunResult, support: str) -> bool:
     return any(want in _norm(c.quote) for c in result.answer.citations)
 
 
-async def run() -> list[dict[str, Any]]:
+async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(outcomes of direct Run calls, outcomes of the same questions as one RunEvaluation)."""
     quiet()
     outcomes: list[dict[str, Any]] = []
 
@@ -99,7 +106,62 @@ async def run() -> list[dict[str, Any]]:
                 orchestrator_pb2.RunRequest(question=item["question"], generate_answer=True)
             )
             outcomes.append({**item, "result": result})
-    return outcomes
+        through_api = await evaluate(stack)
+    return outcomes, through_api
+
+
+async def evaluate(stack: LocalStack) -> list[dict[str, Any]]:
+    """The questions as an evaluation set run in RUN mode; each result as a RunResult with what
+    the figures read (route, answer text, citations)."""
+    E = evaluation_pb2
+    items = questions()
+    made = await stack.evaluation.CreateEvaluationSet(
+        E.CreateEvaluationSetRequest(evaluation_set_id="local-answers")
+    )
+    await stack.evaluation.BatchCreateEvaluationItems(
+        E.BatchCreateEvaluationItemsRequest(
+            parent=made.name,
+            requests=[
+                E.CreateEvaluationItemRequest(
+                    evaluation_item_id=f"q{i:03d}",
+                    evaluation_item=E.EvaluationItem(
+                        question=item["question"],
+                        # `a|b` accepts either: the figures below judge routes themselves.
+                        expected_route=str(item["route"]).split("|")[0],
+                    ),
+                )
+                for i, item in enumerate(items)
+            ],
+        )
+    )
+    operation = await stack.evaluation.RunEvaluation(
+        E.RunEvaluationRequest(
+            evaluation_set=made.name,
+            config=E.RunConfig(mode=E.RunConfig.RUN, generate_answer=True, concurrency=1),
+        )
+    )
+    while not operation.done:
+        operation = await stack.operations.WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=operation.name, timeout=duration_pb2.Duration(seconds=10)
+            )
+        )
+    run = E.EvaluationRun()
+    if not operation.response.Unpack(run):
+        raise RuntimeError(f"the evaluation failed: {operation.error.message}")
+    results = await stack.evaluation.ListEvaluationResults(
+        E.ListEvaluationResultsRequest(run=run.name, page_size=1000)
+    )
+    return [
+        {
+            **item,
+            "result": orchestrator_pb2.RunResult(
+                route=r.route,
+                answer=orchestrator_pb2.Answer(text=r.answer, citations=r.citations),
+            ),
+        }
+        for item, r in zip(items, results.results, strict=True)
+    ]
 
 
 def partial_ok(o: dict[str, object]) -> bool:
@@ -117,6 +179,10 @@ def options_ok(o: dict[str, object]) -> bool:
 
 def offered(result: orchestrator_pb2.RunResult) -> list[str]:
     return list(rag_trace_from_proto(result.rag_trace).get("hitl_options") or [])
+
+
+#: The figures an evaluation result carries what they need for (no trace, no partial flag).
+API_FIGURES = ("route accuracy", "answer accuracy", "no_knowledge precision")
 
 
 def score(outcomes: list[dict[str, Any]]) -> dict[str, float]:
@@ -145,7 +211,7 @@ def _share(ok: Callable[[dict[str, object]], bool], items: list[dict[str, object
 
 
 def main(argv: list[str] | None = None) -> None:
-    outcomes = asyncio.run(run())
+    outcomes, through_api = asyncio.run(run())
     items = questions()
     answers = sum(q["route"] == "answer" for q in items)
     zh = sum(bool(re.search(r"[\u4e00-\u9fff]", q["question"])) for q in items)
@@ -155,8 +221,11 @@ def main(argv: list[str] | None = None) -> None:
         f"en; {sum('partial' in q for q in items)} compound, "
         f"{sum('options' in q for q in items)} with options), one Run each with generate_answer"
     )
+    api = score(through_api)
+    print(f"{'':<26}{'Run':>7}{'RunEvaluation':>15}")
     for name, value in score(outcomes).items():
-        print(f"{name:<26}{value:.3f}")
+        again = f"{api[name]:>15.3f}" if name in API_FIGURES else f"{'—':>15}"
+        print(f"{name:<26}{value:>7.3f}{again}")
     routed = [str(o["result"].route) for o in outcomes]
     absent = [o for o in outcomes if o["route"] != "answer"]
     print(

@@ -74,6 +74,18 @@ class ItemRunner:
                 cited_documents=tuple(dict.fromkeys(cited)),
                 latency_seconds=latency,
                 run_id=outcome.run_id,
+                citations=tuple(
+                    {
+                        "index": c.index,
+                        "filename": c.filename,
+                        "page_number": c.page_number,
+                        "quote": c.quote,
+                        "document_id": c.document_id,
+                    }
+                    for c in answer.citations
+                )
+                if answer is not None
+                else (),
             )
         retrieval = await self._retrieval.retrieve(
             item.question, scope=scope, top_k=config.top_k or DEFAULT_TOP_K

@@ -140,6 +140,7 @@ def result_to_proto(
         run_id=body.get("run_id", ""),
         error=body.get("error", ""),
         cited_document_ids=list(body.get("cited", ())),
+        citations=[orchestrator_pb2.Citation(**c) for c in body.get("citations", ())],
     )
 
 

@@ -72,6 +72,8 @@ class Outcome:
     support_score: float | None = None
     #: RUN mode: the RunResult.run_id of the run that answered.
     run_id: str = ""
+    #: RUN mode: the answer's citations (index, filename, page_number, quote, document_id).
+    citations: tuple[Mapping[str, Any], ...] = ()
 
 
 def judgement_of(item: Item) -> Judgement:

@@ -29,6 +29,7 @@ def result_body(
             "route": outcome.route,
             "answer": outcome.answer,
             "cited": list(outcome.cited_documents),
+            "citations": [dict(c) for c in outcome.citations],
             "latency": outcome.latency_seconds,
             "answer_cosine": outcome.answer_cosine,
             "support_score": outcome.support_score,
