@@ -26,7 +26,11 @@ from orchestrator_service.evaluation.store import EvaluationStore
 from orchestrator_service.graph import build_graphs
 from orchestrator_service.history.service import RunHistory
 from orchestrator_service.history.store import HistoryStore
-from orchestrator_service.metrics import EVALUATION_ITEMS, FEEDBACK, InstrumentedModelClient
+from orchestrator_service.metrics import (
+    InstrumentedModelClient,
+    record_evaluation_item,
+    record_feedback,
+)
 from orchestrator_service.models import build_model_client
 from orchestrator_service.models.base import ModelClient
 from orchestrator_service.orchestrator import Orchestrator
@@ -102,7 +106,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         HistoryStore(database),
         enabled=settings.run_history,
         days=settings.run_history_days,
-        on_feedback=lambda rating: FEEDBACK.labels(rating).inc(),
+        on_feedback=record_feedback,
     )
     core = Orchestrator(
         model,
@@ -119,7 +123,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
         operations,
         ItemRunner(retrieval, core),
         lease_seconds=settings.evaluation_lease_seconds,
-        on_item=lambda result: EVALUATION_ITEMS.labels(result).inc(),
+        on_item=record_evaluation_item,
     )
 
     def add_servicers(server: grpc.aio.Server) -> None:

@@ -128,7 +128,8 @@ DB_POOL_IN_USE = Gauge(
     "Orchestrator database connections checked out of the pool right now.",
     registry=REGISTRY,
 )
-#: Items an evaluation run finished, by outcome (`ok`, `failed`).
+#: Items an evaluation run finished, by outcome.
+EVALUATION_RESULTS = ("ok", "failed")
 EVALUATION_ITEMS = Counter(
     "supermew_evaluation_items_total",
     "Evaluation items run, by outcome (ok, failed).",
@@ -138,12 +139,21 @@ EVALUATION_ITEMS = Counter(
 
 
 #: Feedback given (CreateFeedback), by rating.
+FEEDBACK_RATINGS = ("THUMBS_UP", "THUMBS_DOWN")
 FEEDBACK = Counter(
     "supermew_feedback_total",
     "Feedback given on answers, by rating (THUMBS_UP, THUMBS_DOWN).",
     ("rating",),
     registry=REGISTRY,
 )
+
+
+def record_evaluation_item(result: str) -> None:
+    EVALUATION_ITEMS.labels(bounded(result, EVALUATION_RESULTS)).inc()
+
+
+def record_feedback(rating: str) -> None:
+    FEEDBACK.labels(bounded(rating, FEEDBACK_RATINGS)).inc()
 
 
 def record_db_error(operation: str) -> None:
