@@ -14,6 +14,10 @@ from shared.startup import run_service
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["db"]:
+        from orchestrator_service.db_command import main as db_main
+
+        return db_main(argv[1:])
     if argv:  # ask / resume, or --help and mistakes: the CLI's parser answers, never the server
         from orchestrator_service.cli import main as cli_main
 

@@ -224,6 +224,8 @@ class EvaluationRunner:
         except DomainError as exc:
             code = status_code_for(type(exc)) or grpc.StatusCode.INTERNAL
             raise RunFailed(code, str(exc)) from exc
+        if config.mode != "RUN":
+            item = replace(item, expected_route="")  # Retrieve takes no route to judge
         return result_body(item, outcome, run_id=outcome.run_id)
 
     async def _save(self, claimed: ClaimedOperation, run: RunRecord, progress: _Progress) -> None:

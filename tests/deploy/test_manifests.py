@@ -20,10 +20,11 @@ from pydantic_settings import BaseSettings
 
 from orchestrator_service import settings as orchestrator_settings
 from retrieval_service import __main__ as retrieval_main
-from retrieval_service import db_command
 from retrieval_service import settings as retrieval_settings
 from shared.draining import STOP_MARGIN_SECONDS
 from shared.settings import ServerSettings
+from shared.sql import db_command as shared_db_command
+from shared.sql.database import Database
 from tests.deploy.kustomize import (
     K8S,
     OVERLAYS,
@@ -492,17 +493,19 @@ def test_prod_migration_job_runs_the_services_db_upgrade_with_its_settings(
         monkeypatch.setenv(key, str(value))
     url = "postgresql+asyncpg://supermew:secret@db.example.internal:5432/supermew"
     monkeypatch.setenv("DATABASE_URL", url)
-    calls: list[tuple[str, retrieval_settings.RetrievalSettings]] = []
+    calls: list[tuple[str, Database]] = []
 
-    async def fake_run(command: str, settings: retrieval_settings.RetrievalSettings) -> str:
-        calls.append((command, settings))
+    async def fake_run(command: str, db: Database, migrations: object) -> str:
+        calls.append((command, db))
+        await db.aclose()
         return "migrated"
 
-    monkeypatch.setattr(db_command, "_run", fake_run)
+    monkeypatch.setattr(shared_db_command, "_run", fake_run)
     assert retrieval_main.main(migrate["command"][3:]) == 0
-    [(command, settings)] = calls
+    [(command, db)] = calls
     assert command == "upgrade"
-    assert settings.database_url == url and settings.migrate_on_start is False
+    assert db.shown_url == url.replace(":secret@", ":***@")
+    assert retrieval_settings.RetrievalSettings().migrate_on_start is False
 
 
 def test_several_retrieval_replicas_share_a_postgresql(rendered: Rendered) -> None:

@@ -558,3 +558,23 @@ async def test_the_orchestrator_serves_the_run_operations_with_its_own_api(tmp_p
                 E.GetEvaluationRunRequest(name=run.name)
             )
             assert again.state == E.EvaluationRun.SUCCEEDED
+
+
+def test_the_db_command_migrates_the_orchestrators_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator_service.__main__ import main
+    from orchestrator_service.database.migrate import MIGRATIONS
+
+    monkeypatch.setenv(
+        "ORCHESTRATOR_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'fresh.sqlite3'}"
+    )
+    assert main(["db", "current"]) == 0
+    assert f"schema at no revision; this code needs {MIGRATIONS.head()}" in capsys.readouterr().out
+    assert main(["db", "upgrade"]) == 0
+    assert f"schema migrated from empty to {MIGRATIONS.head()}" in capsys.readouterr().out
+    assert main(["db", "upgrade"]) == 0
+    assert "schema already at" in capsys.readouterr().out
+    monkeypatch.setenv("ORCHESTRATOR_DATABASE_URL", "mysql://nobody@localhost/x")
+    assert main(["db", "upgrade"]) == 1
+    assert "ORCHESTRATOR_DATABASE_URL" in capsys.readouterr().err
