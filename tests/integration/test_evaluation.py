@@ -46,15 +46,18 @@ class Orchestrator:
 
 @asynccontextmanager
 async def orchestrator(
-    retrieval_port: int, database: Path, **settings: Any
+    retrieval_port: int, database: Path | str, **settings: Any
 ) -> AsyncIterator[Orchestrator]:
+    """The real orchestrator on the built-in model, its database a SQLite file (a path) or
+    any URL (PostgreSQL), started as `serve_app` starts it."""
+    url = database if isinstance(database, str) else f"sqlite+aiosqlite:///{database}"
     config = OrchestratorSettings(
         _env_file=None,
         orchestrator_port=0,
         bind_host="127.0.0.1",
         retrieval_addr=f"127.0.0.1:{retrieval_port}",
         llm_base_url=None,
-        orchestrator_database_url=f"sqlite+aiosqlite:///{database}",
+        orchestrator_database_url=url,
         **settings,
     )
     app = build_app(config)
@@ -578,3 +581,49 @@ def test_the_db_command_migrates_the_orchestrators_database(
     monkeypatch.setenv("ORCHESTRATOR_DATABASE_URL", "mysql://nobody@localhost/x")
     assert main(["db", "upgrade"]) == 1
     assert "ORCHESTRATOR_DATABASE_URL" in capsys.readouterr().err
+
+
+async def test_sets_runs_history_and_feedback_on_postgresql(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    async with (
+        running_service(tmp_path / "kb.db") as svc,
+        orchestrator(svc.port, postgres_url, run_history=True) as stack,
+    ):
+        await svc.ingest(("note.md", b"The office opens at nine and closes at five.\n"))
+        ev = stack.evaluation
+        made = await ev.CreateEvaluationSet(E.CreateEvaluationSetRequest(evaluation_set_id="pg"))
+        await ev.ImportEvaluationItems(
+            E.ImportEvaluationItemsRequest(
+                evaluation_set=made.name,
+                format=E.ImportEvaluationItemsRequest.JSONL,
+                content=json.dumps(
+                    {
+                        "question": "When does the office open?",
+                        "relevant": [{"document_id": "note.md", "grade": 2}],
+                        "expected_route": "answer",
+                        "reference_answer": "At nine.",
+                    }
+                ).encode(),
+            )
+        )
+        run = await run_evaluation(
+            stack, made.name, E.RunConfig(mode=E.RunConfig.RUN, generate_answer=True)
+        )
+        assert run.metrics["recall@1"] == 1.0 and run.metrics["route_accuracy"] == 1.0
+        (result,) = (
+            await ev.ListEvaluationResults(E.ListEvaluationResultsRequest(run=run.name))
+        ).results
+        record = await ev.GetRun(E.GetRunRequest(name=f"runs/{result.run_id}"))
+        assert record.question == "When does the office open?"
+        await ev.CreateFeedback(
+            E.CreateFeedbackRequest(
+                parent=record.name, feedback=E.Feedback(rating=E.Feedback.THUMBS_UP)
+            )
+        )
+        liked = await ev.ListRuns(
+            E.ListRunsRequest(filter="feedback.rating = THUMBS_UP AND knowledge_base = default")
+        )
+        assert [r.name for r in liked.runs] == [record.name]
+        none = await ev.ListRuns(E.ListRunsRequest(filter="knowledge_base = defaul"))
+        assert not none.runs
