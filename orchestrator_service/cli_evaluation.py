@@ -365,6 +365,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], out: TextIO)
         for i in range(len(headers))
     ]
     for r in cells:
+        # Headers too: a number column's title sits over the numbers' right edge.
         line = "  ".join(
             c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric, strict=True)
         )
@@ -493,7 +494,9 @@ def follow(
     )
     meta = E.RunEvaluationMetadata()
     operation.metadata.Unpack(meta)
-    with tqdm(total=0, unit="item", file=sys.stderr, disable=quiet, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=meta.items_total, unit="item", file=sys.stderr, disable=quiet, dynamic_ncols=True
+    ) as bar:
         while True:
             if not operation.metadata.Unpack(meta) and not operation.done:
                 # A server that stores the metadata unpacked: read the progress off the run.

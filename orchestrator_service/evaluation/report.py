@@ -107,7 +107,12 @@ def render_html(report: Report) -> str:
         f"<h1>{_e(title)}</h1>",
         _run_summary(run, report.against),
         "<h2>Metrics</h2>",
-        _metric_table(report),
+        _metric_table(report.run),
+        *(
+            [f"<h2>Compared with {_e(report.against.name)}</h2>", _comparison_table(report)]
+            if report.against is not None and report.comparison
+            else []
+        ),
         "<h2>Metrics per run</h2>",
         _charts(report),
         f"<h2>Worst items ({len(report.worst)})</h2>",
@@ -137,13 +142,15 @@ def _run_summary(
     return f"<table>{head}{body}</table>"
 
 
-def _metric_table(report: Report) -> str:
-    if report.against is None or not report.comparison:
-        rows = "".join(
-            f'<tr><td>{_e(name)}</td><td class="num">{fmt(report.run.metrics[name])}</td></tr>'
-            for name in ordered_metrics(report.run.metrics)
-        )
-        return f"<table><tr><th>metric</th><th>value</th></tr>{rows}</table>"
+def _metric_table(run: evaluation_pb2.EvaluationRun) -> str:
+    rows = "".join(
+        f'<tr><td>{_e(name)}</td><td class="num">{fmt(run.metrics[name])}</td></tr>'
+        for name in ordered_metrics(run.metrics)
+    )
+    return f"<table><tr><th>metric</th><th>value</th></tr>{rows}</table>"
+
+
+def _comparison_table(report: Report) -> str:
     head = (
         "<tr><th>metric</th><th>against (a)</th><th>run (b)</th><th>b − a</th>"
         "<th>95% CI</th><th>won / lost / tied</th></tr>"
@@ -155,7 +162,7 @@ def _metric_table(report: Report) -> str:
         rows_html.append(
             f"<tr><td>{_e(name)}</td>"
             f'<td class="num">{fmt(row.mean_a)}</td><td class="num">{fmt(row.mean_b)}</td>'
-            f'<td class="num {_verdict(row)}">{row.difference:+.4f}</td>'
+            f'<td class="{f"num {_verdict(row)}".strip()}">{row.difference:+.4f}</td>'
             f'<td class="num">[{fmt(row.ci_low)}, {fmt(row.ci_high)}]</td>'
             f'<td class="num">{row.won} / {row.lost} / {row.tied}</td></tr>'
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import grpc
 import pytest
 from supermew.v1 import evaluation_pb2 as E
 
@@ -183,3 +184,70 @@ def test_table_aligns_numbers_right_and_prints_nan_as_na(capsys) -> None:
         "ndcg@10  0.5000",
         "x           n/a",
     ]
+
+
+class _Refused(grpc.RpcError, grpc.Call):
+    """What a stub raises for a refused call."""
+
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "refused"
+
+    def initial_metadata(self) -> None: ...
+    def trailing_metadata(self) -> None: ...
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> None: ...
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: object) -> bool:
+        return False
+
+
+class _History:
+    """GetRun and ListFeedback answering, or refusing with `code`."""
+
+    def __init__(self, code: grpc.StatusCode | None = None) -> None:
+        self.code = code
+        self.asked: list[str] = []
+
+    def GetRun(self, request: E.GetRunRequest, **_: object) -> E.RunRecord:
+        self.asked.append(request.name)
+        if self.code is not None:
+            raise _Refused(self.code)
+        return E.RunRecord(name=request.name, question="Q?")
+
+    def ListFeedback(self, request: E.ListFeedbackRequest, **_: object) -> E.ListFeedbackResponse:
+        self.asked.append(request.parent)
+        return E.ListFeedbackResponse(feedback=[E.Feedback(rating=E.Feedback.THUMBS_UP)])
+
+
+def _clients(history: _History) -> ce.Clients:
+    clients = ce.Clients(grpc.insecure_channel("127.0.0.1:1"), (), 1.0)
+    clients.evaluation = history  # type: ignore[assignment]
+    return clients
+
+
+def test_report_history_reads_the_record_and_its_feedback() -> None:
+    history = _History()
+    got = ce.item_history(_clients(history), "r1")
+    assert got.record == E.RunRecord(name="runs/r1", question="Q?")
+    assert [f.rating for f in got.feedback] == [E.Feedback.THUMBS_UP]
+    assert history.asked == ["runs/r1", "runs/r1"]
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND])
+def test_report_history_without_a_record_is_none(code: grpc.StatusCode) -> None:
+    assert ce.item_history(_clients(_History(code)), "r1") == ce.ItemHistory(None)
+
+
+def test_report_history_other_failures_fail_the_report() -> None:
+    with pytest.raises(grpc.RpcError):
+        ce.item_history(_clients(_History(grpc.StatusCode.UNAVAILABLE)), "r1")
