@@ -21,7 +21,10 @@ It asks for a grounded answer (unless `--no-answer`) and prints the route, the a
 numbered sources, the HITL prompt and options, and a compact evidence list (one line per
 chunk); `--stream` shows the progress steps and the answer live; `--json` prints the whole
 result, trace included, as one JSON object (steps then go to stderr), which `resume --snapshot`
-accepts back as is (or just its `hitl_resume_state`)."""
+accepts back as is (or just its `hitl_resume_state`).
+
+`eval …` (evaluation sets, runs, results, comparisons, HTML reports), `runs …` (run history)
+and `feedback …` live in orchestrator_service.cli_evaluation."""
 
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from typing import Any, TextIO
 import grpc
 from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc
 
+from orchestrator_service import cli_evaluation
 from orchestrator_service.conversation import (
     Turn,
     history_from_json,
@@ -241,14 +245,19 @@ def _parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", parents=[common], help="answer an HITL follow-up")
     resume.add_argument("--snapshot", required=True, help="JSON file from `ask --json` (- = stdin)")
     resume.add_argument("--answer", required=True, help="the user's reply")
+    cli_evaluation.add_parsers(sub)
     return parser
+
+
+def _metadata(settings: OrchestratorSettings) -> tuple[tuple[str, str], ...]:
+    """The caller's API key (docs/api.md#api-keys): SUPERMEW_API_KEY, else AUTH_TOKEN."""
+    key = os.environ.get("SUPERMEW_API_KEY") or settings.auth_token
+    return (("authorization", f"Bearer {key}"),) if key else ()
 
 
 async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dict[str, Any] | None:
     addr = args.addr or f"localhost:{settings.orchestrator_port}"
-    # The caller's API key (docs/api.md#api-keys): SUPERMEW_API_KEY, else AUTH_TOKEN.
-    key = os.environ.get("SUPERMEW_API_KEY") or settings.auth_token
-    metadata = (("authorization", f"Bearer {key}"),) if key else None
+    metadata = _metadata(settings) or None
     history = load_history(args.history) if args.history else ()
     credentials = credentials_from_arguments(args)
     channel = (
@@ -363,8 +372,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    argv = cli_evaluation.normalise_argv(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     settings = OrchestratorSettings()
+    if args.command in cli_evaluation.COMMANDS:
+        return cli_evaluation.run(args, settings, _metadata(settings))
     try:
         data = asyncio.run(_call(args, settings))
     except grpc.aio.AioRpcError as exc:

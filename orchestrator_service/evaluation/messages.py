@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import any_pb2, timestamp_pb2
 from supermew.v1 import evaluation_pb2, orchestrator_pb2
 
 from orchestrator_service.evaluation.compare import MetricComparison
@@ -124,6 +124,14 @@ def run_metadata(run: RunRecord, update_ms: int) -> evaluation_pb2.RunEvaluation
         create_time=timestamp(run.create_time_ms),
         update_time=timestamp(update_ms),
     )
+
+
+def packed_run_metadata(run: RunRecord, update_ms: int) -> bytes:
+    """The metadata as the operation store keeps it: a serialized google.protobuf.Any, which
+    GetOperation and WaitOperation return as Operation.metadata."""
+    packed = any_pb2.Any()
+    packed.Pack(run_metadata(run, update_ms))
+    return packed.SerializeToString()
 
 
 def result_to_proto(

@@ -22,7 +22,7 @@ from typing import Final, Protocol
 import grpc
 from google.protobuf import any_pb2
 
-from orchestrator_service.evaluation.messages import run_metadata, run_to_proto
+from orchestrator_service.evaluation.messages import packed_run_metadata, run_to_proto
 from orchestrator_service.evaluation.metrics import run_metrics
 from orchestrator_service.evaluation.model import DEFAULT_CONCURRENCY, Item, Outcome, RunConfig
 from orchestrator_service.evaluation.results import judgement_and_outcome, result_body
@@ -240,7 +240,7 @@ class EvaluationRunner:
                 self.owner,
                 now_ms=now,
                 lease_ms=self._lease_ms,
-                metadata=run_metadata(current, now).SerializeToString(),
+                metadata=packed_run_metadata(current, now),
                 checkpoint=claimed.checkpoint,
             )
         except LeaseLost:
@@ -290,7 +290,7 @@ class EvaluationRunner:
             self.owner,
             state=state,
             now_ms=now,
-            metadata=run_metadata(final, now).SerializeToString(),
+            metadata=packed_run_metadata(final, now),
             checkpoint=claimed.checkpoint,
             response=b"" if error else response.SerializeToString(),
             error=error,

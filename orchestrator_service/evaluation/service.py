@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from orchestrator_service.evaluation.compare import MetricComparison, compare_runs
 from orchestrator_service.evaluation.formats import parse_beir, parse_jsonl
-from orchestrator_service.evaluation.messages import run_metadata
+from orchestrator_service.evaluation.messages import packed_run_metadata
 from orchestrator_service.evaluation.model import Item, RunConfig
 from orchestrator_service.evaluation.names import (
     check_item_id,
@@ -301,7 +301,7 @@ class Evaluations:
                 request_id="",
                 request_sha256=hashlib.sha256(request).hexdigest(),
                 request=request,
-                metadata=run_metadata(run, now).SerializeToString(),
+                metadata=packed_run_metadata(run, now),
                 checkpoint={"set_id": record.id, "run_id": run_id},
                 now_ms=now,
             )

@@ -57,8 +57,9 @@ def silent_server() -> Iterator[int]:
     [
         ["retrieval_service", "search", "anything", "--timeout", "60"],
         ["orchestrator_service", "ask", "anything?"],
+        ["orchestrator_service", "eval", "sets", "list"],
     ],
-    ids=["retrieval", "orchestrator"],
+    ids=["retrieval", "orchestrator", "orchestrator-eval"],
 )
 def test_ctrl_c_ends_with_one_line_and_130(silent_server: int, command: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "RETRIEVAL_"))}

@@ -22,6 +22,7 @@ IMPURE = (
     "orchestrator_service.bootstrap",
     "orchestrator_service.server",
     "orchestrator_service.cli",
+    "orchestrator_service.cli_evaluation",
     "orchestrator_service.retrieval_client",
     "orchestrator_service.graph",
     "orchestrator_service.nodes.",
