@@ -29,7 +29,7 @@ from orchestrator_service.models.base import (
 )
 from orchestrator_service.settings import SERVICE_NAME
 from shared.errors import DeadlineExceeded, DependencyUnavailable, ModelOutputInvalid
-from shared.metrics import LATENCY_BUCKETS, bounded, registry_for
+from shared.metrics import LATENCY_BUCKETS, OPERATION_STORE_CALLS, bounded, registry_for
 from shared.trace_fields import MAX_SUB_QUESTIONS, RetrievalStatus, RewriteMethod, Route
 from shared.tracing import StreamSpan, span
 
@@ -100,17 +100,7 @@ DB_OPERATIONS = (
     "evaluation_runs_read",
     "evaluation_results_write",
     "evaluation_results_read",
-    "operations_create",
-    "operations_get",
-    "operations_page",
-    "operations_cancel",
-    "operations_delete",
-    "operations_claimable",
-    "operations_claim",
-    "operations_save",
-    "operations_finish",
-    "operations_release",
-    "operations_counts",
+    *OPERATION_STORE_CALLS,
     "runs_write",
     "runs_read",
     "runs_expire",

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from prometheus_client import Counter, Gauge, Histogram
 
 from retrieval_service.settings import SERVICE_NAME
-from shared.metrics import LATENCY_BUCKETS, OTHER, bounded, registry_for
+from shared.metrics import LATENCY_BUCKETS, OPERATION_STORE_CALLS, OTHER, bounded, registry_for
 from shared.operations import OperationState
 
 REGISTRY = registry_for(SERVICE_NAME)
@@ -93,17 +93,7 @@ DB_OPERATIONS = (
     "knowledge_bases_mark_deleting",
     "knowledge_bases_renew_deleting",
     "knowledge_bases_claim_deleting",
-    "operations_create",
-    "operations_get",
-    "operations_page",
-    "operations_cancel",
-    "operations_delete",
-    "operations_claimable",
-    "operations_claim",
-    "operations_save",
-    "operations_finish",
-    "operations_release",
-    "operations_counts",
+    *OPERATION_STORE_CALLS,
     "import_sources_read",
     "import_sources_write",
     "import_sources_forget",

@@ -31,6 +31,22 @@ log = logging.getLogger(__name__)
 #: path and up to a minute or two with a slow model.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
+#: `operation` labels of the operations store's calls (shared/sql/operations.py), in each
+#: service's `supermew_db_errors_total` that keeps long-running operations.
+OPERATION_STORE_CALLS = (
+    "operations_create",
+    "operations_get",
+    "operations_page",
+    "operations_cancel",
+    "operations_delete",
+    "operations_claimable",
+    "operations_claim",
+    "operations_save",
+    "operations_finish",
+    "operations_release",
+    "operations_counts",
+)
+
 #: The label value used when a value falls outside a family's bounded set.
 OTHER = "other"
 

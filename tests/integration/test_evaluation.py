@@ -549,6 +549,13 @@ async def test_the_orchestrator_serves_the_run_operations_with_its_own_api(tmp_p
                 )
             )
             run = await run_evaluation(stack, made.name, E.RunConfig())
+            got = await stack.operations.GetOperation(
+                operations_pb2.GetOperationRequest(name=run.operation)
+            )
+            progress = E.RunEvaluationMetadata()
+            assert got.done and got.metadata.Unpack(progress)
+            assert (progress.run, progress.items_done, progress.items_total) == (run.name, 1, 1)
+            assert progress.state == E.EvaluationRun.SUCCEEDED
             listed = await stack.operations.ListOperations(
                 operations_pb2.ListOperationsRequest(name="operations", filter="done = true")
             )

@@ -3,6 +3,7 @@ lists them), and JSON-line logging emits one parseable object per record."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import logging
@@ -118,12 +119,26 @@ def test_milvus_lite_alloc_timestamp_noise_is_dropped_and_nothing_else() -> None
     assert noise.filter(logging.LogRecord("x", logging.ERROR, __file__, 1, "plain", (), None))
 
 
-def test_every_database_operation_is_a_metric_label() -> None:
+@pytest.mark.parametrize(
+    ("service", "folders"),
+    [
+        ("retrieval_service", ("retrieval_service/adapters/sql", "shared/sql")),
+        (
+            "orchestrator_service",
+            (
+                "orchestrator_service/evaluation",
+                "orchestrator_service/history",
+                "shared/sql",
+            ),
+        ),
+    ],
+)
+def test_every_database_operation_is_a_metric_label(service: str, folders: tuple[str, ...]) -> None:
     # supermew_db_errors_total{operation} takes a fixed set; a store call outside it would be
     # counted as "other" and lose its name.
-    from retrieval_service.metrics import DB_OPERATIONS
-
+    labels = importlib.import_module(f"{service}.metrics").DB_OPERATIONS
     used: set[str] = set()
-    for path in (ROOT / "retrieval_service" / "adapters" / "sql").glob("*.py"):
-        used |= set(re.findall(r'\.(?:read|write)\("([a-z_]+)"\)', path.read_text()))
-    assert used and used <= set(DB_OPERATIONS)
+    for folder in folders:
+        for path in (ROOT / folder).glob("*.py"):
+            used |= set(re.findall(r'\.(?:read|write)\("([a-z_]+)"\)', path.read_text()))
+    assert used and used <= set(labels)
