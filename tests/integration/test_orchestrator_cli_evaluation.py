@@ -143,3 +143,44 @@ async def test_eval_unknown_set_is_one_line_naming_the_field(tmp_path: Path) -> 
         assert rc == 2 and err.strip().startswith("error: '0123456789abcdef0123': name the run")
         rc, _, err = await _cli(port, "eval", "import", "nope", "--beir", str(tmp_path))
         assert rc == 2 and "queries.jsonl: no such file" in err
+
+
+async def test_runs_and_feedback_commands_read_the_history(tmp_path: Path) -> None:
+    from supermew.v1 import orchestrator_pb2
+
+    async with running_service(tmp_path / "kb.db") as svc:
+        await svc.ingest(("note.md", b"The office opens at nine and closes at five.\n"))
+        async with orchestrator(
+            svc.port, tmp_path / "orchestrator.sqlite3", run_history=True
+        ) as stack:
+            port = stack.app.server.port
+            result = await stack.orchestrator.Run(
+                orchestrator_pb2.RunRequest(
+                    question="When does the office open?", generate_answer=True
+                )
+            )
+            rc, out, err = await _cli(port, "runs", "list", "--filter", 'route = "answer"')
+            assert rc == 0, err
+            assert result.run_id in out and "When does the office open?" in out
+            rc, out, err = await _cli(port, "runs", "show", result.run_id)
+            assert rc == 0, err
+            assert f'"runs/{result.run_id}"' in out and '"rag_trace"' in out
+
+            rc, out, err = await _cli(
+                port, "feedback", result.run_id, "--down", "--reason", "missing_information",
+                "--expected-doc", "note.md", "--corrected-answer", "At nine, on weekdays.",
+            )  # fmt: skip
+            assert rc == 0, err
+            given = out.strip().removeprefix("recorded ")
+            assert given.startswith(f"runs/{result.run_id}/feedback/")
+            rc, out, err = await _cli(port, "feedback", "list", "--filter", "rating = THUMBS_DOWN")
+            assert rc == 0, err
+            assert given in out and "missing_information" in out
+            rc, out, err = await _cli(port, "eval", "sets", "create", "fixes")
+            assert rc == 0, err
+            rc, out, err = await _cli(port, "feedback", "to-set", "fixes", given)
+            assert rc == 0, err
+            assert out.startswith("added evaluation_sets/fixes/items/")
+
+            rc, out, err = await _cli(port, "runs", "show", "0" * 8 + "-0000-7000-8000-" + "0" * 12)
+            assert rc == 1 and "NOT_FOUND" in err and len(err.strip().splitlines()) == 1
