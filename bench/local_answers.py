@@ -26,6 +26,7 @@ is partial as expected and names the unanswered part); clarify options (of the q
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -46,7 +47,10 @@ from retrieval_service.core.ingest.validation import SourceDocument
 from shared.codec import rag_trace_from_proto
 from tests.integration.retrieval_harness import make_pdf
 
-DATA = Path(__file__).resolve().parent / "sets" / "local_answers"
+SETS = Path(__file__).resolve().parent / "sets"
+#: The set a run reads (`--set`): `local_answers` (default) or `wrapped_docs` (hard-wrapped
+#: plain-text documentation as Debian ships it; bench/sets/wrapped_docs/README.md).
+DATA = SETS / "local_answers"
 
 
 def make_docx(spec: dict[str, list]) -> bytes:
@@ -211,6 +215,10 @@ def _share(ok: Callable[[dict[str, object]], bool], items: list[dict[str, object
 
 
 def main(argv: list[str] | None = None) -> None:
+    global DATA
+    parser = argparse.ArgumentParser(prog="bench.local_answers")
+    parser.add_argument("--set", default="local_answers", choices=("local_answers", "wrapped_docs"))
+    DATA = SETS / parser.parse_args(argv).set
     outcomes, through_api = asyncio.run(run())
     items = questions()
     answers = sum(q["route"] == "answer" for q in items)

@@ -16,6 +16,7 @@ from orchestrator_service.answer import (
     partial_note,
     sentence_spans,
     sentences,
+    unwrap,
 )
 from orchestrator_service.models.local.answer import answer_pieces
 from orchestrator_service.models.prompts import answer_messages, question_of
@@ -142,3 +143,63 @@ def test_sse_lines_and_completion_chunks_are_read_as_the_protocol_says() -> None
     assert delta_content('{"choices":[],"usage":{"total_tokens":9}}') == ""
     with pytest.raises(ModelOutputInvalid, match="answer_generation"):
         delta_content("not json")
+
+
+WRAPPED = """\
+NAME
+       grep, egrep, fgrep - print lines that match patterns
+
+DESCRIPTION
+       grep searches for PATTERNS in each FILE.  PATTERNS is one or more
+       patterns separated by newline characters, and grep prints each line
+       that matches a pattern.  Typically PATTERNS should be quoted when grep
+       is used in a shell command.
+
+The package was rewritten in 2019 to use the new parser, which reads
+the configuration once at start-up and keeps it in memory for the rest
+of the run.
+- A list item stays on its line
+- Another one.
+"""
+
+
+def test_hard_wrapped_paragraphs_keep_their_sentences_whole() -> None:
+    found = [unwrap(s) for s in sentences(WRAPPED)]
+    assert "grep searches for PATTERNS in each FILE." in found
+    assert (
+        "PATTERNS is one or more patterns separated by newline characters, and grep prints "
+        "each line that matches a pattern." in found
+    )
+    assert "Typically PATTERNS should be quoted when grep is used in a shell command." in found
+    assert (
+        "The package was rewritten in 2019 to use the new parser, which reads the "
+        "configuration once at start-up and keeps it in memory for the rest of the run."
+    ) in found
+    # Titles, short lines and list items keep their lines.
+    assert "NAME" in found and "DESCRIPTION" in found
+    assert "A list item stays on its line" in found and "Another one." in found
+    # Spans stay verbatim: each sentence is text[start:end], its line breaks included.
+    assert [WRAPPED[a:b] for a, b in sentence_spans(WRAPPED)] == sentences(WRAPPED)
+
+
+def test_wrapped_chinese_joins_without_a_space_and_tables_keep_their_rows() -> None:
+    text = (
+        "本公司员工每年享有十五天带薪年假，入职未满一年的员工按照实际在职月份折算年假天数，\n"
+        "并须提前五个工作日申请。\n"
+        "| 假期 | 天数 |\n| 年假 | 15 |\n"
+    )
+    found = [unwrap(s) for s in sentences(text)]
+    assert found[0] == (
+        "本公司员工每年享有十五天带薪年假，入职未满一年的员工按照实际在职月份折算年假天数，"
+        "并须提前五个工作日申请。"
+    )
+    assert "| 假期 | 天数 |" in found and "| 年假 | 15 |" in found
+
+
+def test_a_quote_of_a_wrapped_sentence_is_the_whole_sentence() -> None:
+    claim = "PATTERNS is one or more patterns separated by newline characters"
+    quote = choose_quote(claim, WRAPPED)
+    assert unwrap(quote) == (
+        "PATTERNS is one or more patterns separated by newline characters, and grep prints "
+        "each line that matches a pattern."
+    )

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator_service.answer import MARKER, sentences, split_terminal
+from orchestrator_service.answer import MARKER, line_may_wrap, sentences, split_terminal, unwrap
 from orchestrator_service.models.local.complexity import classify
 from orchestrator_service.models.local.grading import pick_option
 from orchestrator_service.models.local.semantic import Meaning
@@ -122,14 +122,30 @@ def _row_claim(header: list[str], cells: list[str], chinese: bool) -> str:
 
 
 def _claims(text: str) -> list[tuple[str, str, str]]:
-    """(sentence, claim, coverage text) of every claim the chunk's text can make."""
+    """(sentence, claim, coverage text) of every claim the chunk's text can make. Prose lines
+    are read as paragraphs (`paragraph_spans`): a sentence wrapped over lines is one claim,
+    read as one line (`unwrap`)."""
     found: list[tuple[str, str, str]] = []
     header: list[str] | None = None
     section = ""
+    prose: list[str] = []
+    continues = False  # whether the line before may have been wrapped into this one
+
+    def flush() -> None:
+        for sentence in sentences("\n".join(prose)):
+            if not is_title(sentence) and not MARKER.search(sentence):
+                one_line = unwrap(sentence)
+                found.append((one_line, "", f"{section} {one_line}"))
+        prose.clear()
+
     for line in text.splitlines():
         if not line.strip():
+            flush()
+            continues = False
             continue
         if is_table_row(line):
+            flush()
+            continues = False
             if _TABLE_SEPARATOR.match(line):
                 continue
             cells = _cells(line)
@@ -142,13 +158,15 @@ def _claims(text: str) -> list[tuple[str, str, str]]:
             continue
         header = None
         stripped = line.strip()
-        if stripped.startswith("#") or is_title(stripped):
+        if stripped.startswith("#") or (not continues and is_title(stripped)):
             # The section's heading: context for the sentences under it ("## Warranty").
+            flush()
             section = stripped.lstrip("#").strip("* ")
+            continues = False
             continue
-        for sentence in sentences(line):
-            if not is_title(sentence) and not MARKER.search(sentence):
-                found.append((sentence, "", f"{section} {sentence}"))
+        prose.append(line)
+        continues = line_may_wrap(stripped)
+    flush()
     return found
 
 
