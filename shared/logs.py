@@ -133,7 +133,14 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-CHATTY_LOGGERS = ("faiss.loader", "milvus_lite.engine.collection")
+CHATTY_LOGGERS = (
+    "faiss.loader",
+    "milvus_lite.engine.collection",
+    # Alembic announces each plugin and its context at every start-up; the migration itself
+    # is logged by shared.sql.migrate ("database schema migrated from … to …").
+    "alembic.runtime.plugins",
+    "alembic.runtime.migration",
+)
 # Loggers that log a failure with its traceback and then raise it to us, where it is reported
 # once (e.g. a Milvus Lite data directory locked by another process): shown only at DEBUG.
 RERAISING_LOGGERS = ("milvus_lite.server_manager",)

@@ -198,7 +198,8 @@ def test_unreachable_retrieval_is_named_and_health_stays_serving(tmp_path: Path)
     )
     output = Output(proc)
     try:
-        output.wait_for("supermew.v1.OrchestratorService on", proc)
+        output.wait_for("google.longrunning.Operations on", proc)
+        assert any("serving supermew.v1.OrchestratorService," in line for line in output.lines)
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = orchestrator_pb2_grpc.OrchestratorServiceStub(channel)
             with pytest.raises(grpc.RpcError) as raised:

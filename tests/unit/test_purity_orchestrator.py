@@ -38,6 +38,7 @@ IMPURE = (
     "orchestrator_service.evaluation.servicer",
     "orchestrator_service.evaluation.store",
     "orchestrator_service.evaluation.results",
+    "orchestrator_service.evaluation.report",  # renders the protos (their module loads grpc)
     "orchestrator_service.history.service",
     "orchestrator_service.history.store",
 )
