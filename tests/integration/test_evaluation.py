@@ -477,6 +477,12 @@ async def test_a_run_mode_evaluation_runs_the_workflow_and_judges_routes(tmp_pat
             assert parental.metrics["route_correct"] == 1.0
             assert parental.metrics["citation_precision"] == 1.0
             assert parental.metrics["answer_f1"] > 0.3
+            # The embedder's cosine of the answer and its reference (a paraphrase scores high).
+            assert 0.8 < parental.metrics["answer_similarity"] <= 1.0 + 1e-6
+            assert "answer_similarity" not in results["volcano"].metrics  # no reference
+            assert run.metrics["answer_similarity"] == pytest.approx(
+                parental.metrics["answer_similarity"]
+            )
             # The route figures are the items' own, averaged.
             routes = [r.metrics["route_correct"] for r in results.values()]
             assert run.metrics["route_accuracy"] == pytest.approx(sum(routes) / len(routes))

