@@ -32,6 +32,7 @@ from shared.access import (
     current_principal,
 )
 from shared.errors import FailedPrecondition, InvalidArgument, NotFound
+from shared.paging import page_size_of
 
 #: An operation's name is OPERATION_PREFIX + its id.
 OPERATION_PREFIX: Final = "operations/"
@@ -153,10 +154,8 @@ def parse_filter(text: str) -> OperationFilter:
     return OperationFilter(done=done, states=frozenset(states), knowledge_base=knowledge_base)
 
 
-def page_size_of(page_size: int) -> int:
-    if page_size < 0:
-        raise InvalidArgument("page_size", f"must not be negative, got {page_size}")
-    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+def operations_page_size(page_size: int) -> int:
+    return page_size_of(page_size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
 
 
 def page_token(last_id: str) -> str:
@@ -245,7 +244,9 @@ class Operations:
         self, where_text: str, page_size: int, token: str, kb_ids: frozenset[str] | None
     ) -> OperationPage:
         where = parse_filter(where_text)
-        return await self.store.page(where, page_size_of(page_size), after_id(token), kb_ids)
+        return await self.store.page(
+            where, operations_page_size(page_size), after_id(token), kb_ids
+        )
 
     async def cancel(self, name: str, access: Access) -> OperationRecord:
         record = await self.get(name, access, Permission.WRITE)

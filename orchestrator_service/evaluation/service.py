@@ -29,6 +29,7 @@ from orchestrator_service.evaluation.store import EvaluationStore, RunRecord, Se
 from shared.access import Permission, kb_id_named
 from shared.errors import FailedPrecondition, InvalidArgument, NotFound
 from shared.operations import Access, OperationState
+from shared.paging import page_size_of
 from shared.sql.operations import NewOperation, SqlOperationStore
 from shared.trace_fields import Route
 
@@ -50,10 +51,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def page_size_of(size: int, default: int = 50) -> int:
-    if size < 0:
-        raise InvalidArgument("page_size", "must not be negative")
-    return min(size or default, 1000)
+def _page_size(size: int, default: int = 50) -> int:
+    return page_size_of(size, default=default, maximum=1000)
 
 
 def check_config(config: RunConfig) -> RunConfig:
@@ -165,7 +164,7 @@ class Evaluations:
     async def list_sets(
         self, page_size: int, token: str, visible: frozenset[str] | None
     ) -> tuple[list[SetRecord], str]:
-        size = page_size_of(page_size)
+        size = _page_size(page_size)
         records = await self.store.page_sets(size, token or None)
         next_token = records[-1].id if len(records) == size else ""
         shown = [r for r in records if visible is None or set(r.knowledge_bases) <= visible]
@@ -226,7 +225,7 @@ class Evaluations:
         self, parent: str, page_size: int, token: str, access: Access
     ) -> tuple[list[StoredItem], str]:
         record = await self.readable_set(parent, "parent", access, Permission.READ)
-        size = page_size_of(page_size)
+        size = _page_size(page_size)
         items = await self.store.page_items(record.id, size, token or None)
         return items, items[-1].id if len(items) == size else ""
 
@@ -320,7 +319,7 @@ class Evaluations:
         self, parent: str, page_size: int, token: str, access: Access
     ) -> tuple[list[RunRecord], str]:
         record = await self.readable_set(parent, "parent", access, Permission.READ)
-        size = page_size_of(page_size)
+        size = _page_size(page_size)
         runs = await self.store.page_runs(record.id, size, token or None)
         return runs, runs[-1].id if len(runs) == size else ""
 
@@ -328,7 +327,7 @@ class Evaluations:
         self, run_name: str, page_size: int, token: str, access: Access
     ) -> tuple[list[tuple[str, dict[str, Any]]], str]:
         run = await self.get_run(run_name, access, "run")
-        size = page_size_of(page_size, 100)
+        size = _page_size(page_size, 100)
         rows = await self.store.results(run.set_id, run.id, size, token or None)
         return rows, rows[-1][0] if len(rows) == size else ""
 

@@ -30,6 +30,7 @@ from orchestrator_service.history.model import (
 )
 from orchestrator_service.history.store import HistoryStore
 from shared.errors import DomainError, InvalidArgument, NotFound
+from shared.paging import page_size_of
 
 log = logging.getLogger(__name__)
 
@@ -241,9 +242,7 @@ class RunHistory:
 
 
 def _page_size(size: int) -> int:
-    if size < 0:
-        raise InvalidArgument("page_size", "must not be negative")
-    return min(size or 50, 1000)
+    return page_size_of(size, default=50, maximum=1000)
 
 
 def _run_token(token: str) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
 from retrieval_service.core.identity import check_document_id
 from shared.errors import InvalidArgument
+from shared.paging import page_size_of
 
 MAX_FILENAME_CHARS = 255
 DEFAULT_PAGE_SIZE = 100
@@ -84,6 +85,4 @@ def check_delete_request(filenames: Sequence[str], document_ids: Sequence[str] =
 
 def list_page_size(page_size: int) -> int:
     """AIP-158: page_size 0 → 100, above 1000 → 1000, negative → INVALID_ARGUMENT."""
-    if page_size < 0:
-        raise InvalidArgument("page_size", f"must not be negative, got {page_size}")
-    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    return page_size_of(page_size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
