@@ -55,64 +55,59 @@ class ItemRunner:
         self._core = core
         self._load_similarity = similarity
         self._similarity: Similarity | None = None
+        self._loading = asyncio.Lock()
 
     async def _answer_cosine(self, answer: str, reference: str) -> float | None:
         if not (answer.strip() and reference.strip()) or self._load_similarity is None:
             return None
-        if self._similarity is None:
-            self._similarity = await asyncio.to_thread(self._load_similarity)
+        async with self._loading:  # items run concurrently: the model loads once
+            if self._similarity is None:
+                self._similarity = await asyncio.to_thread(self._load_similarity)
         return await asyncio.to_thread(self._similarity, answer, reference)
 
     async def __call__(self, item: Item, scope: RetrievalScope, config: RunConfig) -> Outcome:
-        started = time.perf_counter()
         if config.mode == "RUN":
-            outcome = await self._core.run(
-                item.question,
-                generate_answer=config.generate_answer,
-                scope=scope,
-                history=[Turn(t.question, t.answer) for t in item.history],
-            )
-            latency = time.perf_counter() - started
-            answer = outcome.answer
-            cited = (
-                [document_key("", c.document_id) for c in answer.citations if c.document_id]
-                if answer is not None
-                else []
-            )
-            by_kb = any(r.knowledge_base for r in item.relevant)
-            if by_kb and answer is not None:
-                docs = outcome.docs
-                cited = [
-                    _keys(item, [docs[c.index - 1]])[0]
-                    for c in answer.citations
-                    if 1 <= c.index <= len(docs) and docs[c.index - 1].get("document_id")
-                ]
-            text = answer.text if answer is not None else ""
-            return Outcome(
-                ranked_documents=ranked_unique(_keys(item, outcome.docs)),
-                route=outcome.route,
-                answer=text,
-                answer_cosine=await self._answer_cosine(text, item.reference_answer),
-                cited_documents=tuple(dict.fromkeys(cited)),
-                latency_seconds=latency,
-                run_id=outcome.run_id,
-                citations=tuple(
-                    {
-                        "index": c.index,
-                        "filename": c.filename,
-                        "page_number": c.page_number,
-                        "quote": c.quote,
-                        "document_id": c.document_id,
-                    }
-                    for c in answer.citations
-                )
-                if answer is not None
-                else (),
-            )
+            return await self._workflow(item, scope, config)
+        started = time.perf_counter()
         retrieval = await self._retrieval.retrieve(
             item.question, scope=scope, top_k=config.top_k or DEFAULT_TOP_K
         )
         return Outcome(
             ranked_documents=ranked_unique(_keys(item, retrieval.docs)),
             latency_seconds=time.perf_counter() - started,
+        )
+
+    async def _workflow(self, item: Item, scope: RetrievalScope, config: RunConfig) -> Outcome:
+        started = time.perf_counter()
+        outcome = await self._core.run(
+            item.question,
+            generate_answer=config.generate_answer,
+            scope=scope,
+            history=[Turn(t.question, t.answer) for t in item.history],
+        )
+        latency = time.perf_counter() - started
+        answer = outcome.answer
+        citations = answer.citations if answer is not None else ()
+        docs = outcome.docs
+        # A citation's index points into the docs: its document keyed as the ranking is.
+        cited = _keys(item, [docs[c.index - 1] for c in citations if 1 <= c.index <= len(docs)])
+        text = answer.text if answer is not None else ""
+        return Outcome(
+            ranked_documents=ranked_unique(_keys(item, docs)),
+            route=outcome.route,
+            answer=text,
+            answer_cosine=await self._answer_cosine(text, item.reference_answer),
+            cited_documents=tuple(dict.fromkeys(cited)),
+            latency_seconds=latency,
+            run_id=outcome.run_id,
+            citations=tuple(
+                {
+                    "index": c.index,
+                    "filename": c.filename,
+                    "page_number": c.page_number,
+                    "quote": c.quote,
+                    "document_id": c.document_id,
+                }
+                for c in citations
+            ),
         )

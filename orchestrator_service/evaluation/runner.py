@@ -126,6 +126,13 @@ class EvaluationRunner:
                 log.info("evaluation run %s was taken over", claimed.record.id)
             except DomainError as exc:
                 log.warning("evaluation run %s stopped: %s", claimed.record.id, exc)
+            except Exception:
+                # A bug must not stop the runner nor leave the run RUNNING until a restart.
+                log.exception("evaluation run %s failed", claimed.record.id)
+                with contextlib.suppress(DomainError, LeaseLost):
+                    await self._fail_operation(
+                        claimed, grpc.StatusCode.INTERNAL, "internal error while running"
+                    )
             finally:
                 self._current = None
 
@@ -154,12 +161,12 @@ class EvaluationRunner:
         try:
             await self._run_items(claimed, run, pending, scope, config, progress)
         except RunFailed as failure:
-            await self._end(claimed, run, OperationState.FAILED, progress, failure)
+            await self._end(claimed, run, OperationState.FAILED, failure)
             return
         if progress.lost:
             raise LeaseLost(op_id)
         state = OperationState.CANCELLED if progress.cancel else OperationState.SUCCEEDED
-        await self._end(claimed, run, state, progress)
+        await self._end(claimed, run, state)
 
     async def _all_items(self, set_id: str) -> list[StoredItem]:
         items: list[StoredItem] = []
@@ -252,7 +259,6 @@ class EvaluationRunner:
         claimed: ClaimedOperation,
         run: RunRecord,
         state: OperationState,
-        progress: _Progress | None = None,
         failure: RunFailed | None = None,
     ) -> None:
         now = self._now_ms()
@@ -299,11 +305,19 @@ class EvaluationRunner:
     async def _fail_operation(
         self, claimed: ClaimedOperation, code: grpc.StatusCode, message: str
     ) -> None:
+        """The operation (and its run, when the set still holds it) FAILED with `code`."""
+        now = self._now_ms()
+        await self._store.update_run(
+            str(claimed.checkpoint["set_id"]),
+            str(claimed.checkpoint["run_id"]),
+            state=OperationState.FAILED,
+            end_time=now,
+        )
         await self._operations.finish(
             claimed.record.id,
             self.owner,
             state=OperationState.FAILED,
-            now_ms=self._now_ms(),
+            now_ms=now,
             metadata=claimed.record.metadata,
             checkpoint=claimed.checkpoint,
             error=error_status_bytes(code, message),

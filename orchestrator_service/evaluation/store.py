@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 
 from orchestrator_service.database.database import Database
 from orchestrator_service.database.tables import (
@@ -320,8 +320,3 @@ class EvaluationStore:
             query = query.limit(size)
         async with self._db.read("evaluation_results_read") as connection:
             return [(r.item_id, dict(r.body)) for r in await connection.execute(query)]
-
-    async def result_count(self, set_id: str, run_id: str) -> int:
-        query = select(func.count()).where(_RESULTS.set_id == set_id, _RESULTS.run_id == run_id)
-        async with self._db.read("evaluation_results_read") as connection:
-            return int((await connection.execute(query)).scalar_one())
