@@ -20,10 +20,13 @@ from orchestrator_service.models.base import (
     TASK_COMPLEXITY,
     TASK_CONDENSE,
     TASK_GRADE,
+    TASK_GROUNDING,
     TASK_REWRITE,
+    ClaimToCheck,
     ComplexityResult,
     CondensedQuestion,
     EvidenceGrade,
+    GroundingVerdicts,
     ModelClient,
     RewritePlan,
 )
@@ -253,6 +256,19 @@ class InstrumentedModelClient:
     ) -> CondensedQuestion:
         return await self._observe(
             TASK_CONDENSE, self.inner.condense_question(question, history, timeout=timeout)
+        )
+
+    async def check_grounding(
+        self,
+        claims: Sequence[ClaimToCheck],
+        facts: Sequence[str],
+        *,
+        threshold: float = 0.6,
+        timeout: float | None = None,
+    ) -> GroundingVerdicts:
+        return await self._observe(
+            TASK_GROUNDING,
+            self.inner.check_grounding(claims, facts, threshold=threshold, timeout=timeout),
         )
 
     async def stream_answer(

@@ -6,6 +6,7 @@ by the nodes, not here."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +28,7 @@ TASK_COMPLEXITY = "complexity_classification"
 TASK_GRADE = "evidence_grade"
 TASK_REWRITE = "query_rewrite"
 TASK_CONDENSE = "condense_question"
+TASK_GROUNDING = "check_grounding"
 #: The one free-text task: streamed, so it has no json_schema; the scripted test server
 #: recognises it by `stream: true`.
 TASK_ANSWER = "answer_generation"
@@ -74,6 +76,33 @@ class CondensedQuestion(_TaskOutput):
     standalone_question: str = Field(min_length=1, max_length=4000)
 
 
+class ClaimVerdict(_TaskOutput):
+    """One claim's verdict in `check_grounding` (docs/api.md#grounding-check): `claim_index`
+    is its 0-based position in the claims given; `citation_indices` the 0-based positions of
+    the facts that support it, best first; `score` how well the best of them does (0–1).
+    A claim that asserts nothing (a greeting, a note on what is missing) needs no support."""
+
+    claim_index: int = Field(ge=0)
+    grounding_check_required: bool
+    score: float = Field(ge=0.0, le=1.0)
+    citation_indices: list[int] = Field(default_factory=list)
+
+
+class GroundingVerdicts(_TaskOutput):
+    """Output of `check_grounding`: one verdict per claim, in any order."""
+
+    claims: list[ClaimVerdict]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimToCheck:
+    """A claim handed to `check_grounding`: its text without citation markers, and the 0-based
+    facts it cites (empty: it cites none, so every fact may support it)."""
+
+    text: str
+    cited: tuple[int, ...] = ()
+
+
 class ModelClient(Protocol):
     """One method per model task. `docs` are runtime evidence records (the Chunk keys of
     docs/trace.md#evidence-records: filename, page_number, text, score, rerank_score, …) in ranking
@@ -104,6 +133,19 @@ class ModelClient(Protocol):
     ) -> CondensedQuestion:
         """`condense_question`: `question` read after `history` (the earlier turns, oldest
         first, never empty), rewritten to stand alone."""
+        ...
+
+    async def check_grounding(
+        self,
+        claims: Sequence[ClaimToCheck],
+        facts: Sequence[str],
+        *,
+        threshold: float = 0.6,
+        timeout: float | None = None,
+    ) -> GroundingVerdicts:
+        """`check_grounding`: how well each claim is supported by the facts (its `cited`
+        ones when it names any), one verdict per claim; a fact is cited for a claim when it
+        supports it with at least `threshold`."""
         ...
 
     #: Which model writes answers (`Answer.model`): ANSWER_MODEL's name, or "local".

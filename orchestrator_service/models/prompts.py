@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator_service.conversation import Turn
+from orchestrator_service.models.base import ClaimToCheck
 
 COMPLEXITY_SYSTEM = """\
 You plan retrieval for a knowledge-base assistant. Decide whether the user's question is simple \
@@ -62,6 +63,21 @@ given; never add outside facts. Write in the language of the question, in plain 
 After each claim put the number of the chunk it comes from in square brackets, e.g. [1] or \
 [1][3]; cite only numbers that appear in the chunks. Do not list the sources at the end. If \
 the chunks do not cover part of the question, do not guess it."""
+
+GROUNDING_SYSTEM = """\
+You check whether the claims of an answer are supported by the numbered facts given. Judge ONLY \
+from the facts; never use outside knowledge. For every claim give one verdict with its \
+claim_index:
+- grounding_check_required: false when the claim asserts nothing that needs support (a \
+greeting, a closing line, a note saying what the evidence lacks), else true.
+- score from 0 to 1: how well the best fact supports the claim. 1 = the facts state everything \
+the claim says; 0 = nothing in the facts supports it. A claim about a different entity than the \
+fact (another product, plan, model, person or kind), with a different number, date or unit, or \
+with the opposite polarity (negated) is NOT supported, however similar the words; a claim only \
+partly supported scores below 0.5.
+- citation_indices: the indices of the facts that support the claim, best first; when a claim \
+lists cites, judge it against those facts only. Empty when nothing supports it.
+A claim that needs no support has score 0 and no citation_indices."""
 
 ANSWER_PARTIAL = """\
 The evidence is known to be incomplete; it lacks: {slots}. Answer only what the chunks support."""
@@ -130,6 +146,26 @@ def answer_messages(
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": f"{_question_block(question)}\n{_chunks_block(docs)}"},
+    ]
+
+
+def grounding_messages(
+    claims: Sequence[ClaimToCheck], facts: Sequence[str]
+) -> list[dict[str, str]]:
+    """The facts (0-based, as citation_indices count) and the claims verbatim."""
+    fact_block = "\n".join(f'<fact index="{i}">\n{text}\n</fact>' for i, text in enumerate(facts))
+    claim_block = "\n".join(
+        f'<claim index="{i}"'
+        + (f' cites="{",".join(str(n) for n in claim.cited)}"' if claim.cited else "")
+        + f">\n{claim.text}\n</claim>"
+        for i, claim in enumerate(claims)
+    )
+    return [
+        {"role": "system", "content": GROUNDING_SYSTEM},
+        {
+            "role": "user",
+            "content": f"<facts>\n{fact_block}\n</facts>\n<claims>\n{claim_block}\n</claims>",
+        },
     ]
 
 

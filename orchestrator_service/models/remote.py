@@ -19,16 +19,20 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from orchestrator_service.conversation import Turn
+from orchestrator_service.grounding import in_claim_order
 from orchestrator_service.models import prompts
 from orchestrator_service.models.base import (
     TASK_ANSWER,
     TASK_COMPLEXITY,
     TASK_CONDENSE,
     TASK_GRADE,
+    TASK_GROUNDING,
     TASK_REWRITE,
+    ClaimToCheck,
     ComplexityResult,
     CondensedQuestion,
     EvidenceGrade,
+    GroundingVerdicts,
     RewritePlan,
 )
 from shared.errors import (
@@ -118,9 +122,24 @@ def _check_condensed(result: CondensedQuestion) -> None:
         raise ValueError("the standalone question is blank")
 
 
+def _grounding_check(claim_count: int, fact_count: int) -> Callable[[GroundingVerdicts], None]:
+    """One verdict per claim, citations among the facts, none for a claim needing no support."""
+
+    def check(result: GroundingVerdicts) -> None:
+        in_claim_order(result.claims, claim_count)
+        for verdict in result.claims:
+            if any(not 0 <= f < fact_count for f in verdict.citation_indices):
+                raise ValueError(
+                    f"claim {verdict.claim_index} cites a fact outside 0..{fact_count - 1}"
+                )
+
+    return check
+
+
 class RemoteModelClient:
     """`ModelClient` over an OpenAI-compatible endpoint. FAST_MODEL serves classification,
-    condensation and rewrite, GRADE_MODEL grading, ANSWER_MODEL answers; all default to MODEL."""
+    condensation and rewrite, GRADE_MODEL grading and the grounding check, ANSWER_MODEL answers;
+    all default to MODEL."""
 
     def __init__(
         self,
@@ -148,6 +167,7 @@ class RemoteModelClient:
             TASK_GRADE: strict_schema(EvidenceGrade),
             TASK_REWRITE: strict_schema(RewritePlan),
             TASK_CONDENSE: strict_schema(CondensedQuestion),
+            TASK_GROUNDING: strict_schema(GroundingVerdicts),
         }
 
     async def classify_complexity(
@@ -197,6 +217,26 @@ class RemoteModelClient:
             _check_condensed,
             timeout,
         )
+
+    async def check_grounding(
+        self,
+        claims: Sequence[ClaimToCheck],
+        facts: Sequence[str],
+        *,
+        threshold: float = 0.6,
+        timeout: float | None = None,
+    ) -> GroundingVerdicts:
+        """The model's verdicts; a citation below `threshold` is the caller's to drop (the
+        model's scores are per claim, not per fact)."""
+        result = await self._call(
+            TASK_GROUNDING,
+            self.grade_model,
+            prompts.grounding_messages(claims, facts),
+            GroundingVerdicts,
+            _grounding_check(len(claims), len(facts)),
+            timeout,
+        )
+        return GroundingVerdicts(claims=in_claim_order(result.claims, len(claims)))
 
     async def aclose(self) -> None:
         await self._http.aclose()

