@@ -51,6 +51,8 @@ class Citation:
     page_number: str
     quote: str
     document_id: str
+    #: The mean score of the claims citing it (docs/api.md#grounding-check).
+    support_score: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,10 @@ class Answer:
     citations: tuple[Citation, ...]
     model: str
     partial: bool
+    #: The mean score of its claims that need support, after unsupported ones were dropped.
+    support_score: float = 0.0
+    #: Claims the model wrote that the grounding check dropped.
+    dropped_claims: int = 0
 
 
 # ---- sentences -------------------------------------------------------------------------------

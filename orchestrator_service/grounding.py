@@ -25,6 +25,8 @@ DEFAULT_CITATION_THRESHOLD = 0.6
 MAX_FACTS = 200
 MAX_TEXT_BYTES = 32 * 1024
 
+_MARKER_WITH_SPACE = re.compile(r"[ \t]*" + MARKER.pattern)
+_SPACE_BEFORE_MARK = re.compile(r"[ \t]+(?=[。！？；，.!?;,]|$)")
 _LEADING_MARKERS = re.compile(r"(?:\s*" + MARKER.pattern + r")+")
 _EDGES = " \t\r\n。！？；，、.!?;,:：-—"
 
@@ -41,9 +43,13 @@ class ClaimSpan:
     def to_check(self, answer: str, fact_count: int) -> ClaimToCheck:
         """The claim as the model reads it: its text without markers, on one line, and the
         0-based facts it cites (numbers outside the facts ignored)."""
-        body = unwrap(MARKER.sub("", answer[self.start : self.end])).strip()
-        cited = tuple(n - 1 for n in self.cited if 1 <= n <= fact_count)
-        return ClaimToCheck(body, tuple(dict.fromkeys(cited)))
+        return _to_check(answer[self.start : self.end], self.cited, fact_count)
+
+
+def _to_check(claim: str, cited: Sequence[int], fact_count: int) -> ClaimToCheck:
+    body = _SPACE_BEFORE_MARK.sub("", unwrap(_MARKER_WITH_SPACE.sub("", claim))).strip()
+    facts = (n - 1 for n in cited if 1 <= n <= fact_count)
+    return ClaimToCheck(body, tuple(dict.fromkeys(facts)))
 
 
 def claim_spans(answer: str) -> list[ClaimSpan]:
@@ -69,6 +75,10 @@ def claim_spans(answer: str) -> list[ClaimSpan]:
         )
         for a, b in bounds
     ]
+
+
+def _cited(answer: str, start: int, end: int) -> tuple[int, ...]:
+    return tuple(n for m in MARKER.finditer(answer, start, end) for n in marker_numbers(m[1]))
 
 
 # ---- CheckGrounding ---------------------------------------------------------------------------
@@ -132,12 +142,13 @@ def grounding(
     byte_at = _byte_offsets(answer)
     for span, verdict in zip(spans, verdicts, strict=True):
         required = verdict.grounding_check_required
+        cited = required and verdict.score >= threshold
         claims.append(
             Claim(
                 start_pos=byte_at(span.start),
                 end_pos=byte_at(span.end),
                 claim_text=answer[span.start : span.end],
-                citation_indices=tuple(verdict.citation_indices) if required else (),
+                citation_indices=tuple(verdict.citation_indices) if cited else (),
                 grounding_check_required=required,
                 score=verdict.score if required else 0.0,
             )
@@ -174,6 +185,9 @@ class Settled:
     span: ClaimSpan
     lead: str
     claim: str
+
+    def to_check(self, fact_count: int) -> ClaimToCheck:
+        return _to_check(self.claim, self.span.cited, fact_count)
 
     def text(self, *, first: bool) -> str:
         """What the claim adds to the answer when kept: no separator before the first."""

@@ -21,8 +21,20 @@ from orchestrator_service.answer import (
     partial_note,
 )
 from orchestrator_service.conversation import Turn, check_history
+from orchestrator_service.grounding import (
+    DEFAULT_CITATION_THRESHOLD,
+    ClaimGate,
+    ClaimSpan,
+    Grounding,
+    Settled,
+    check_request,
+    citation_scores,
+    claim_spans,
+    grounding,
+    support_score,
+)
 from orchestrator_service.history.model import HistoryEntry, uuid7
-from orchestrator_service.models.base import TASK_ANSWER, ModelClient
+from orchestrator_service.models.base import TASK_ANSWER, ClaimVerdict, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
@@ -51,6 +63,11 @@ def _now_ms() -> int:
 def _discard(_text: str) -> None:
     return None
 
+
+#: The score every claim of an answer must reach (docs/api.md#grounding-check).
+ANSWER_SUPPORT_THRESHOLD = DEFAULT_CITATION_THRESHOLD
+#: evidence_reason when the grounding check dropped every claim of the answer.
+ANSWER_UNSUPPORTED = "answer_unsupported"
 
 #: A run searches at most this many knowledge bases at once.
 MAX_KNOWLEDGE_BASES = 16
@@ -94,6 +111,10 @@ class RunOutcome:
     standalone_question: str = ""
     #: This run's UUIDv7 (docs/api.md#run-history).
     run_id: str = ""
+    #: Of the claims the model wrote for the answer, how many needed support and how many
+    #: the grounding check found supported (0 and 0 when no answer was written).
+    claims_checked: int = 0
+    claims_supported: int = 0
 
 
 class RunRecorder(Protocol):
@@ -236,6 +257,28 @@ class Orchestrator:
         )
         return outcome
 
+    async def check_grounding(
+        self,
+        answer: str,
+        facts: Sequence[str],
+        threshold: float | None,
+        *,
+        timeout: float | None = None,
+    ) -> Grounding:
+        """CheckGrounding (docs/api.md#grounding-check): `answer`'s claims scored against
+        `facts` by `check_grounding`; `threshold` None means the default."""
+        threshold = check_request(answer, facts, threshold)
+        spans = claim_spans(answer)
+        if not spans:
+            return Grounding(0.0, ())
+        result = await self.model.check_grounding(
+            [span.to_check(answer, len(facts)) for span in spans],
+            facts,
+            threshold=threshold,
+            timeout=timeout,
+        )
+        return grounding(answer, spans, result.claims, threshold)
+
     async def _finish(
         self,
         final: Mapping[str, Any],
@@ -246,14 +289,20 @@ class Orchestrator:
         outcome = _outcome(final)
         if not generate_answer or outcome.route != Route.ANSWER or not outcome.docs:
             return outcome
-        answer = await self._write_answer(
+        written = await self._write_answer(
             outcome,
             _missing_slots(final),
             missing_parts(final.get("sub_results") or ()),
             ctx,
             answer_sink,
         )
-        return replace(outcome, answer=answer)
+        if written.answer is not None:
+            outcome = replace(outcome, answer=written.answer)
+        else:
+            outcome = _unsupported(outcome)
+        return replace(
+            outcome, claims_checked=written.checked, claims_supported=written.supported
+        )
 
     async def _write_answer(
         self,
@@ -262,20 +311,48 @@ class Orchestrator:
         parts: MissingParts,
         ctx: RunContext,
         answer_sink: AnswerSink,
-    ) -> Answer:
+    ) -> _Written:
         """`answer_generation` over the final docs, bounded by the caller's deadline as a
-        whole (not per piece). Markers outside the docs never reach the sink. The answer is
-        partial for a `partial` status and when sub-questions found no answer (`parts`); our
-        note after the model's text names what is missing, whatever the model wrote."""
+        whole (not per piece), each claim grounded as soon as the next one begins
+        (`check_grounding`, docs/api.md#grounding-check): a claim below the threshold is
+        dropped before it reaches the sink, so the deltas concatenate to the final text. No
+        supported claim left: no answer. Markers outside the docs never reach the sink. The
+        answer is partial for a `partial` status and when sub-questions found no answer
+        (`parts`); our note after the model's text names what is missing."""
         docs = outcome.docs
+        facts = [str(doc.get("text") or "") for doc in docs]
         partial = outcome.retrieval_status == RetrievalStatus.PARTIAL or bool(parts)
-        markers = MarkerFilter(len(docs))
+        markers, gate = MarkerFilter(len(docs)), ClaimGate()
         written: list[str] = []
+        held: list[Settled] = []  # claims needing no support, sent with the next kept one
+        kept: list[tuple[ClaimSpan, ClaimVerdict]] = []
+        raw, dropped = [], 0
 
         def send(text: str) -> None:
             if text:
                 written.append(text)
                 answer_sink(text)
+
+        async def settle(claims: list[Settled]) -> None:
+            nonlocal dropped
+            if not claims:
+                return
+            result = await self.model.check_grounding(
+                [claim.to_check(len(facts)) for claim in claims],
+                facts,
+                threshold=ANSWER_SUPPORT_THRESHOLD,
+                timeout=ctx.time_left(),
+            )
+            for claim, verdict in zip(claims, result.claims, strict=True):
+                if not verdict.grounding_check_required:
+                    held.append(claim)
+                elif verdict.score >= ANSWER_SUPPORT_THRESHOLD:
+                    for piece in [*held, claim]:
+                        send(piece.text(first=not written))
+                    held.clear()
+                    kept.append((claim.span, verdict))
+                else:
+                    dropped += 1
 
         left = ctx.time_left()
         try:
@@ -286,12 +363,21 @@ class Orchestrator:
                     missing_slots=[*missing_slots, *parts.unanswered],
                     timeout=left,
                 ):
-                    send(markers.feed(piece))
+                    clean = markers.feed(piece)
+                    raw.append(clean)
+                    await settle(gate.feed(clean))
+                clean = markers.finish()
+                raw.append(clean)
+                await settle(gate.feed(clean) + gate.finish())
         except TimeoutError as exc:
             raise DeadlineExceeded("deadline exceeded while the answer was written") from exc
-        send(markers.finish())
-        if not "".join(written).strip():
+        if not "".join(raw).strip():
             raise ModelOutputInvalid(TASK_ANSWER, "the answer is empty")
+        checked = len(kept) + dropped
+        if not kept:
+            return _Written(None, checked, 0)
+        for claim in held:  # a closing line after the last supported claim
+            send(claim.text(first=False))
         if partial:
             send(
                 join_note(
@@ -305,7 +391,48 @@ class Orchestrator:
                 )
             )
         text = "".join(written)
-        return Answer(text, build_citations(text, docs), self.model.answer_model, partial)
+        by_doc = citation_scores(kept)
+        citations = tuple(
+            replace(c, support_score=by_doc.get(c.index, 0.0)) for c in build_citations(text, docs)
+        )
+        answer = Answer(
+            text,
+            citations,
+            self.model.answer_model,
+            partial,
+            support_score=support_score([verdict for _, verdict in kept]),
+            dropped_claims=dropped,
+        )
+        return _Written(answer, checked, len(kept))
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """An answer with every claim grounded (None: no claim was supported), and how many of
+    the model's claims needed support and how many of them had it."""
+
+    answer: Answer | None
+    checked: int
+    supported: int
+
+
+def _unsupported(outcome: RunOutcome) -> RunOutcome:
+    """The run once the grounding check dropped every claim of its answer: no_knowledge, with
+    no evidence to answer from (docs/trace.md#routes-and-statuses)."""
+    trace = dict(outcome.rag_trace or {})
+    trace.update(
+        route=str(Route.NO_KNOWLEDGE),
+        retrieval_status=str(RetrievalStatus.NO_KNOWLEDGE),
+        evidence_reason=ANSWER_UNSUPPORTED,
+    )
+    return replace(
+        outcome,
+        route=str(Route.NO_KNOWLEDGE),
+        retrieval_status=str(RetrievalStatus.NO_KNOWLEDGE),
+        docs=[],
+        context="",
+        rag_trace=trace,
+    )
 
 
 def _missing_slots(state: Mapping[str, Any]) -> list[str]:

@@ -38,6 +38,8 @@ _ORCHESTRATOR_SERVICE: Final = {
         "knowledge_bases",
         AuditRow(filter="filter", question="user_answer", returned="result.docs.document_id"),
     ),
+    # Reads no knowledge base: the caller sends the facts.
+    "CheckGrounding": RpcPolicy(Permission.READ),
 }
 
 #: supermew.v1.EvaluationService: the key's role needs the permission; the core then checks

@@ -14,6 +14,7 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
 
 from orchestrator_service.answer import Answer
 from orchestrator_service.conversation import Turn
+from orchestrator_service.grounding import Grounding
 from orchestrator_service.orchestrator import Orchestrator, RunOutcome
 from orchestrator_service.runtime import RetrievalScope
 from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, in_english
@@ -55,11 +56,31 @@ def answer_to_proto(answer: Answer) -> orchestrator_pb2.Answer:
                 page_number=c.page_number,
                 quote=c.quote,
                 document_id=c.document_id,
+                support_score=c.support_score,
             )
             for c in answer.citations
         ],
         model=answer.model,
         partial=answer.partial,
+        support_score=answer.support_score,
+        dropped_claims=answer.dropped_claims,
+    )
+
+
+def grounding_to_proto(result: Grounding) -> orchestrator_pb2.CheckGroundingResponse:
+    return orchestrator_pb2.CheckGroundingResponse(
+        support_score=result.support_score,
+        claims=[
+            orchestrator_pb2.Claim(
+                start_pos=claim.start_pos,
+                end_pos=claim.end_pos,
+                claim_text=claim.claim_text,
+                citation_indices=claim.citation_indices,
+                grounding_check_required=claim.grounding_check_required,
+                score=claim.score,
+            )
+            for claim in result.claims
+        ],
     )
 
 
@@ -124,6 +145,17 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServiceServicer):
             key_id=current_principal().key_id,
         )
         return result_to_proto(outcome)
+
+    async def CheckGrounding(
+        self, request: orchestrator_pb2.CheckGroundingRequest, context: grpc.aio.ServicerContext
+    ) -> orchestrator_pb2.CheckGroundingResponse:
+        result = await self._core.check_grounding(
+            request.answer_candidate,
+            [fact.text for fact in request.facts],
+            request.citation_threshold if request.HasField("citation_threshold") else None,
+            timeout=_time_left(context),
+        )
+        return grounding_to_proto(result)
 
     async def StreamRun(
         self, request: orchestrator_pb2.RunRequest, context: grpc.aio.ServicerContext

@@ -99,6 +99,11 @@ class ItemRunner:
             answer_cosine=await self._answer_cosine(text, item.reference_answer),
             cited_documents=tuple(dict.fromkeys(cited)),
             latency_seconds=latency,
+            # The share of the model's claims the grounding check found supported, dropped
+            # ones included (the answer itself keeps only supported claims).
+            support_score=outcome.claims_supported / outcome.claims_checked
+            if outcome.claims_checked
+            else None,
             run_id=outcome.run_id,
             citations=tuple(
                 {
@@ -107,6 +112,7 @@ class ItemRunner:
                     "page_number": c.page_number,
                     "quote": c.quote,
                     "document_id": c.document_id,
+                    "support_score": c.support_score,
                 }
                 for c in citations
             ),

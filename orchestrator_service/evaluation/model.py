@@ -68,11 +68,12 @@ class Outcome:
     latency_seconds: float = 0.0
     #: The embedder's cosine between answer and reference answer, when both exist.
     answer_cosine: float | None = None
-    #: The answer's support score from the grounding check, when one ran.
+    #: The share of the answer's claims the grounding check found supported, when it ran.
     support_score: float | None = None
     #: RUN mode: the RunResult.run_id of the run that answered.
     run_id: str = ""
-    #: RUN mode: the answer's citations (index, filename, page_number, quote, document_id).
+    #: RUN mode: the answer's citations (index, filename, page_number, quote, document_id,
+    #: support_score).
     citations: tuple[Mapping[str, Any], ...] = ()
 
 

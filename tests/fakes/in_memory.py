@@ -12,10 +12,14 @@ from orchestrator_service.models.base import (
     TASK_COMPLEXITY,
     TASK_CONDENSE,
     TASK_GRADE,
+    TASK_GROUNDING,
     TASK_REWRITE,
+    ClaimToCheck,
+    ClaimVerdict,
     ComplexityResult,
     CondensedQuestion,
     EvidenceGrade,
+    GroundingVerdicts,
     RewritePlan,
 )
 from orchestrator_service.runtime import UNSCOPED, Retrieval, RetrievalScope
@@ -59,6 +63,27 @@ class InMemoryModel:
 
     async def condense_question(self, question: str, history: Sequence[Turn], *, timeout=None):
         return CondensedQuestion(**await self._reply(TASK_CONDENSE, question))
+
+    async def check_grounding(
+        self,
+        claims: Sequence[ClaimToCheck],
+        facts: Sequence[str],
+        *,
+        threshold: float = 0.6,
+        timeout: float | None = None,
+    ) -> GroundingVerdicts:
+        """Every claim fully supported by the facts it cites (the first fact when none): the
+        scripted answers are the tests' own, the built-in rules have their own tests."""
+        self.calls.append((TASK_GROUNDING, ""))
+        return GroundingVerdicts(claims=[
+            ClaimVerdict(
+                claim_index=i,
+                grounding_check_required=True,
+                score=1.0,
+                citation_indices=list(claim.cited or (0,))[: len(facts)],
+            )
+            for i, claim in enumerate(claims)
+        ])
 
     #: The answer comes from `decide("answer_generation", question)["text"]`, in one piece.
     answer_model = "in-memory"

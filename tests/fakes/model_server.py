@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator_service.models.base import TASK_ANSWER
+from orchestrator_service.models.base import TASK_ANSWER, TASK_GROUNDING
 from orchestrator_service.models.prompts import question_of
 
 
@@ -162,7 +163,10 @@ class FakeModelServer:
                 headers.get("traceparent", ""),
             )
         )
-        reply = self.script.next_reply(task, question)
+        if task == TASK_GROUNDING and not self.script.replies.get((task, question or "")):
+            reply: Reply | HttpError = all_supported(body)
+        else:
+            reply = self.script.next_reply(task, question)
         if self.delay:
             await asyncio.sleep(self.delay)
         return reply
@@ -247,6 +251,37 @@ class FakeModelServer:
 
 
 # ---- reply builders ---------------------------------------------------------------------------
+
+_CLAIM_TAG = re.compile(r'<claim index="(\d+)"(?: cites="([\d,]*)")?>')
+
+
+def all_supported(body: Mapping[str, Any]) -> dict[str, Any]:
+    """`check_grounding`'s reply when a test scripted none: every claim of the prompt fully
+    supported by the facts it cites (the first fact when it cites none) — scripted answers are
+    the tests' own; tests of the check script their verdicts."""
+    prompt = "".join(str(m.get("content") or "") for m in body.get("messages") or [])
+    return grounding(
+        [
+            (int(index), 1.0, [int(n) for n in cites.split(",")] if cites else [0])
+            for index, cites in _CLAIM_TAG.findall(prompt)
+        ]
+    )
+
+
+def grounding(verdicts: Iterable[tuple[int, float, list[int]]]) -> dict[str, Any]:
+    """A `check_grounding` reply: (claim index, score, citation indices) per claim, each
+    needing support."""
+    return {
+        "claims": [
+            {
+                "claim_index": index,
+                "grounding_check_required": True,
+                "score": score,
+                "citation_indices": cited,
+            }
+            for index, score, cited in verdicts
+        ]
+    }
 
 
 def complexity(kind: str, reason: str = "", sub_questions: Iterable[str] = ()) -> dict[str, Any]:

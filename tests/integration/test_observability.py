@@ -97,6 +97,7 @@ BOUNDED: dict[str, set[str]] = {
         "query_rewrite",
         "answer_generation",
         "condense_question",
+        "check_grounding",
     },
     "outcome": set(orchestrator_metrics.MODEL_OUTCOMES) | set(retrieval_metrics.RERANK_OUTCOMES),
     "method": set(orchestrator_metrics.REWRITE_METHODS) | {"other"},

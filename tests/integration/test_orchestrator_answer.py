@@ -46,6 +46,10 @@ def _script(*answer: object, question: str = Q) -> ModelScript:
     )
 
 
+def _answer_request(s):
+    return next(r for r in s.model.requests if r.task == "answer_generation")
+
+
 async def _events(call) -> list[orchestrator_pb2.RunEvent]:
     return [event async for event in call]
 
@@ -94,8 +98,8 @@ async def test_the_request_is_a_streamed_completion_with_the_numbered_evidence()
     try:
         result = await s.stub.Run(_run())
         assert result.answer.text == CLEAN and result.answer.model == "answer-model"
-        request = s.model.requests[-1]
-        assert (request.task, request.model) == ("answer_generation", "answer-model")
+        request = next(r for r in s.model.requests if r.task == "answer_generation")
+        assert request.model == "answer-model"
         assert request.authorization == f"Bearer {API_KEY}"
         assert request.body["stream"] is True and request.body["temperature"] == 0
         assert "response_format" not in request.body
@@ -226,7 +230,7 @@ async def test_a_partial_synthesis_says_what_the_evidence_lacks() -> None:
         assert result.answer.text == (
             "丹瑾擅长近战[1]。\n\n注意：现有资料只能部分回答这个问题，缺少关于版本的信息。"
         )
-        system = s.model.requests[-1].body["messages"][0]["content"]
+        system = _answer_request(s).body["messages"][0]["content"]
         assert "lacks: 版本" in system
     finally:
         await s.aclose()
@@ -260,7 +264,7 @@ async def test_a_compound_question_with_an_unanswered_part_is_partial_and_names_
         )
         deltas = [e.answer_delta.text for e in events if e.WhichOneof("event") == "answer_delta"]
         assert "".join(deltas) == result.answer.text
-        system = s.model.requests[-1].body["messages"][0]["content"]
+        system = _answer_request(s).body["messages"][0]["content"]
         assert "lacks: 今州的首领是谁？" in system
     finally:
         await s.aclose()
