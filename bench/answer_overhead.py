@@ -5,7 +5,8 @@ embedder, the orchestrator with no model endpoint) served on loopback in this pr
 Per answered sample question: Run p50 with `generate_answer` false and true, alternated round by
 round so a busy neighbour core weighs on both alike, and their ratio. The local answer is pure
 Python over the final docs, so the ratio shows what extraction and citation cost next to the
-recall the Run already paid for; the last column times that answer alone, in process."""
+recall the Run already paid for; the last columns time that answer alone, in process, and the
+grounding check every answer goes through (its share of Run+answer p50 is what it costs a Run)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from bench._retrieval_rig import (
 )
 from bench.local_model_run import SAMPLES
 from orchestrator_service.answer import build_citations, clean_markers
+from orchestrator_service.grounding import DEFAULT_CITATION_THRESHOLD, claim_spans
 from orchestrator_service.models.local.answer import answer_pieces
+from orchestrator_service.models.local.grounding import _windows, check
 from retrieval_service.bootstrap import seed_samples
 from shared.codec import chunk_from_proto
 
@@ -70,6 +73,21 @@ def _answer_alone(result: orchestrator_pb2.RunResult, repeats: int = 200) -> flo
     return p50_p95(samples)[0]
 
 
+def _check_alone(result: orchestrator_pb2.RunResult, repeats: int = 200) -> float:
+    """p50 µs of the grounding check of the answer's claims over the Run's final docs, as the
+    orchestrator runs it for every generated answer (docs/api.md#grounding-check)."""
+    text = result.answer.text
+    facts = [doc.text for doc in result.docs]
+    claims = [span.to_check(text, len(facts)) for span in claim_spans(text)]
+    samples = []
+    for _ in range(repeats):
+        _windows.cache_clear()  # each Run meets its docs afresh
+        started = time.perf_counter()
+        check(claims, facts, DEFAULT_CITATION_THRESHOLD)
+        samples.append((time.perf_counter() - started) * 1e6)
+    return p50_p95(samples)[0]
+
+
 async def run(rounds: int) -> None:
     quiet()
     rows: list[list[Any]] = []
@@ -81,14 +99,15 @@ async def run(rounds: int) -> None:
             rows.append(
                 [question, result.route, len(result.answer.citations),
                  round(plain50, 1), round(answer50, 1), round(answer95, 1),
-                 round(answer50 / plain50, 2), round(_answer_alone(result), 1)]
+                 round(answer50 / plain50, 2), round(_answer_alone(result), 1),
+                 round(_check_alone(result), 1)]
             )  # fmt: skip
     print(
         f"Run through the real RPCs, local model, {len(list(SAMPLES.iterdir()))} sample documents, "
         f"{rounds} rounds per question after a warm-up, with and without the answer alternated (ms)"
     )
     headers = ["question", "route", "cited", "Run p50", "Run+answer p50", "Run+answer p95",
-               "answer overhead (÷)", "answer alone p50 (µs)"]  # fmt: skip
+               "answer overhead (÷)", "answer alone p50 (µs)", "check alone p50 (µs)"]  # fmt: skip
     print(table(rows, headers))
     ratios = sorted(row[6] for row in rows)
     alone = sorted(row[7] / 1000 / row[3] for row in rows)
@@ -97,6 +116,13 @@ async def run(rounds: int) -> None:
         f"range {ratios[0]:.2f}–{ratios[-1]:.2f}× (round-to-round noise included); the answer "
         f"alone is {alone[0]:.1%}–{alone[-1]:.1%} of a Run p50"
     )
+    # The check runs inside Run+answer: its share is what the Run p50 gained by it.
+    checked = sorted(row[4] / (row[4] - row[8] / 1000) for row in rows if row[1] == "answer")
+    if checked:
+        print(
+            f"grounding check: Run+answer p50 ÷ (the same without the check's time): median "
+            f"{statistics.median(checked):.3f}×, range {checked[0]:.3f}–{checked[-1]:.3f}×"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

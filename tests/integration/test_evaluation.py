@@ -483,6 +483,11 @@ async def test_a_run_mode_evaluation_runs_the_workflow_and_judges_routes(tmp_pat
             assert run.metrics["answer_similarity"] == pytest.approx(
                 parental.metrics["answer_similarity"]
             )
+            # The share of the answer's claims the grounding check found supported.
+            assert parental.metrics["groundedness"] == 1.0
+            assert "groundedness" not in results["volcano"].metrics  # no answer written
+            assert run.metrics["groundedness"] == 1.0
+            assert all(c.support_score >= 0.6 for c in parental.citations)
             # The route figures are the items' own, averaged.
             routes = [r.metrics["route_correct"] for r in results.values()]
             assert run.metrics["route_accuracy"] == pytest.approx(sum(routes) / len(routes))
