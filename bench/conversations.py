@@ -105,18 +105,18 @@ async def follow_ups(orchestrator: Any) -> None:
         if not (standalone and stated):
             misses.append([case["follow_up"], result.standalone_question, result.route, stated])
     print(f"\nfollow-ups of {FOLLOW_UPS.relative_to(FOLLOW_UPS.parents[2])}, one Run each")
-    rows = [[kind, where, n, s, a, c] for (kind, where), (n, s, a, c) in sorted(counts.items())]
-    total = [sum(r[i] for r in rows) for i in range(2, 6)]
+    rows: list[list[Any]] = [[kind, where, *hits] for (kind, where), hits in sorted(counts.items())]
+    total = [sum(hits[i] for hits in counts.values()) for i in range(4)]
     rows.append(["all", "", *total])
     print(table(rows, ["kind", "language, turns", "follow-ups", "standalone as expected",
                        "answered", "states the subject's fact"]))  # fmt: skip
     if misses:
         print("misses (standalone question or fact):")
         print(table(misses, ["follow-up", "standalone question", "route", "fact stated"]))
-    n, standalone, answered, stated = total
+    n, as_expected, answered_n, stated_n = total
     print(
-        f"standalone as expected {standalone}/{n} = {standalone / n:.2f}; answered "
-        f"{answered / n:.2f}; state the subject's fact {stated / n:.2f}"
+        f"standalone as expected {as_expected}/{n} = {as_expected / n:.2f}; answered "
+        f"{answered_n / n:.2f}; state the subject's fact {stated_n / n:.2f}"
     )
 
 
