@@ -9,7 +9,8 @@ same subject ("And its price?", "那它的价格呢？") or "the other" of two t
 ("What about the other one?", "另一个呢？"), zh and en, after one or two earlier turns — each
 asked once with its history: how many condense to the expected standalone question, are
 answered, and answer with the subject's fact (a phrase of its sentence in the samples: another
-subject's sentence does not count)."""
+subject's sentence does not count). `python -m bench.conversations [ROUNDS]`; ROUNDS 0 runs the
+follow-ups alone."""
 
 from __future__ import annotations
 

@@ -369,7 +369,12 @@ def _en_ellipsis(part: str, previous: str, subject: str | None, named: Sequence[
         and unnamed
         and (
             lowered[0] in _EN_POSSESSIVES
-            or (lowered[0] == "the" and subject_named and lowered[-1] not in {"one", "ones"})
+            or (
+                lowered[0] == "the"
+                and subject_named
+                # "And the basic plan?": another thing of the entity's kind, not an attribute
+                and lowered[-1] not in {"one", "ones", subject.split()[-1].lower()}
+            )
         )
     ):
         # The entity's attribute: "And its price?" → "What is the price of …?"
