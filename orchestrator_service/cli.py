@@ -147,9 +147,10 @@ def print_result(
     *,
     all_evidence: bool = False,
     reply_hint: str = "save `ask --json` output and pass it to `resume --snapshot`",
+    show_snapshot: bool = True,
 ) -> None:
     """`data` (a `result_to_dict`) for a terminal; `reply_hint` says how to answer an HITL
-    result (the `resume` command, or the chat's next line)."""
+    result (the `resume` command, or the chat's next line, where the snapshot is not shown)."""
     trace = data["rag_trace"] or {}
     print(f"question: {data['question']}", file=out)
     standalone = data.get("standalone_question") or ""
@@ -164,7 +165,10 @@ def print_result(
         print(f"HITL:     {trace.get('hitl_prompt', '')}", file=out)
         for option in trace.get("hitl_options") or ():
             print(f"          - {option}", file=out)
-        print("snapshot: " + json.dumps(data["hitl_resume_state"], ensure_ascii=False), file=out)
+        if show_snapshot:
+            print(
+                "snapshot: " + json.dumps(data["hitl_resume_state"], ensure_ascii=False), file=out
+            )
         print(f"resume:   {reply_hint}", file=out)
     answer = data.get("answer")
     if answer is not None:
@@ -471,6 +475,11 @@ def _print(args: argparse.Namespace, data: dict[str, Any], *, reply_hint: str = 
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2), flush=True)
     else:
-        hint = reply_hint or resume_hint(args)
-        print_result(data, sys.stdout, all_evidence=args.all_evidence, reply_hint=hint)
+        print_result(
+            data,
+            sys.stdout,
+            all_evidence=args.all_evidence,
+            reply_hint=reply_hint or resume_hint(args),
+            show_snapshot=not reply_hint,
+        )
         sys.stdout.flush()

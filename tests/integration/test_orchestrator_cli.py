@@ -204,7 +204,7 @@ async def test_chat_answers_a_clarification_on_the_next_line(stack) -> None:
     rc, out, err = await _cli(port, "ask", "--chat", *scope, stdin=f"{Q_CLARIFY}\n卡卡罗\n\n")
     assert rc == 0, err
     assert "route:    clarify" in out and "reply on the next line" in out
-    assert "python -m orchestrator_service resume" not in out
+    assert "python -m orchestrator_service resume" not in out and "snapshot: " not in out
     assert "reply> " in out  # the prompt waiting for the reply
     assert "route:    rewrite (needs_rewrite)" in out  # the resumed run's verdict
     # The reply resumed the run (q* = "卡卡罗：…", the same scope) instead of a new question.
