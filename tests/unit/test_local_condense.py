@@ -109,6 +109,10 @@ FOLLOW_UP_FORMS = [
     ([("How much does the Premium support plan cost?", "49 euros per month[1]."),
       ("What about its response time?", "Four hours[1].")],
      "And the Basic one?", "What is the response time of the Basic support plan?"),
+    ([("What is the Navigator's skill?", "Star Chart[1].")],
+     "What about the Quartermaster's weapon?", "What is the weapon of the Quartermaster?"),
+    ([("What is the response time of the Premium support plan?", "Four hours[1].")],
+     "And the Basic plan's price?", "What is the price of the Basic support plan?"),
     # attribute, zh
     ([("云途X5手机的电池容量是多少？", "5000 毫安时[1]。")], "那它的价格呢？",
      "云途X5手机的价格是多少？"),
@@ -124,6 +128,9 @@ FOLLOW_UP_FORMS = [
      "那它的冲泡水温呢？", "乌龙茶的冲泡水温是多少？"),
     ([("丹瑾的武器是什么？", "珊瑚法杖[1]。"), ("谁的属性是火？", "")],
      "那她的技能呢？", "丹瑾的技能是什么？"),
+    ([("专业版云存储套餐包含多少存储空间？", "2 TB[1]。")], "那标准版的价格呢？",
+     "标准版云存储套餐的价格是多少？"),
+    ([("丹瑾的武器是什么？", "珊瑚法杖[1]。")], "赤羽的技能呢？", "赤羽的技能是什么？"),
     # the other, en
     ([("What is the response time of the Basic support plan?", "Two business days[1].")],
      "And the Premium one?", "What is the response time of the Premium support plan?"),

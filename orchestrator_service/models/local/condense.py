@@ -14,7 +14,7 @@ language:
   "Basic", 专业版 → 标准版) or else the entity;
 - a changed attribute of the same entity ("And its price?", "What about its weight?",
   "那它的价格呢？", "技能呢？") asks for that attribute of the entity ("What is the price of
-  …?", "…的价格是多少？");
+  …?", "…的价格是多少？"), or of a name given with it ("那标准版的价格呢？");
 - "the other" ("What about the other one?", "the other plan's …", "另一个呢？", "另外那个套餐")
   is the other of two things the conversation named (earlier questions, or an answer naming a
   sibling of the entity: same head noun, or the same shape in Chinese);
@@ -101,6 +101,7 @@ _ZH_QUANTITIES = (
     "价格", "价钱", "价", "费用", "费", "钱", "温", "温度", "容量", "空间", "重量", "时间",
     "时长", "数量", "人数", "大小", "尺寸", "速度",
 )  # fmt: skip
+_ZH_NAMED_ATTRIBUTE = re.compile(r"(?P<name>[^的呢，,]{2,10})的(?P<attr>[^的呢]{1,8})呢")
 _ZH_ATTRIBUTE_ELLIPSIS = re.compile(
     rf"(?:(?P<who>{_ZH_PRONOUN.pattern}|{_ZH_DEMONSTRATIVE.pattern})的?)?(?P<attr>[^的呢]{{1,8}})呢"
 )
@@ -379,6 +380,14 @@ def _en_ellipsis(part: str, previous: str, subject: str | None, named: Sequence[
     ):
         # The entity's attribute: "And its price?" → "What is the price of …?"
         return _en_attribute(part.split(None, 1)[1], subject)
+    owner = re.fullmatch(r"(?P<who>.+?)'s\s+(?P<attribute>[^']+)", part)
+    subject_names = [w for i, w in enumerate(subject.split()) if _is_name(w, i + 1)]
+    if owner is not None and subject_names:
+        # Another name's attribute: "What about the Basic plan's price?"
+        names = [w for i, w in enumerate(_words(owner.group("who"))) if _is_name(w, i + 1)]
+        if names:
+            renamed = subject.replace(" ".join(subject_names), " ".join(names), 1)
+            return _en_attribute(owner.group("attribute"), renamed)
     entity = en_entity(previous)
     if entity is None:
         return None
@@ -440,6 +449,16 @@ def _zh_siblings(entity: str, text: str) -> list[str]:
     return found
 
 
+def _zh_rename(subject: str, name: str) -> str:
+    """`subject` named `name`: its span of `name`'s shape replaced (标准版 in 专业版云存储套餐),
+    else `name` itself."""
+    for i in range(len(subject) - len(name) + 1):
+        span = subject[i : i + len(name)]
+        if len(name) >= 2 and span[-1] == name[-1] and all(CJK_CHAR.match(c) for c in span):
+            return subject[:i] + name + subject[i + len(name) :]
+    return name
+
+
 def _zh_attribute(subject: str, attribute: str) -> str:
     """The question for `subject`'s `attribute`: 多少 for a quantity, else 什么."""
     asked = "是多少" if attribute.endswith(_ZH_QUANTITIES) else "是什么"
@@ -470,6 +489,15 @@ def _zh_follow_up(
         and (attribute.group("who") or attribute.group("attr").endswith(_ZH_ATTRIBUTES))
     ):
         return _zh_attribute(subject, attribute.group("attr"))
+    named_attribute = _ZH_NAMED_ATTRIBUTE.fullmatch(bare)
+    if (
+        named_attribute is not None
+        and subject is not None
+        and named_attribute.group("attr").endswith(_ZH_ATTRIBUTES)
+    ):  # 那标准版的价格呢？
+        return _zh_attribute(
+            _zh_rename(subject, named_attribute.group("name")), named_attribute.group("attr")
+        )
     resolved = _zh_pronouns(body, subject)
     if resolved is not None:
         return resolved
