@@ -10,6 +10,10 @@
 oldest first; docs/api.md#conversations), so a follow-up is condensed to stand alone. `ask
 --chat` is a prompt loop that keeps the history itself across the questions of one terminal
 session (the most recent turns within the server's limits); an empty line or Ctrl-D ends it.
+In it a clarification (route clarify / scope_select) is answered on the next line, which
+resumes that run (Resume with its snapshot, the same knowledge bases, filter and history);
+`/new QUESTION` leaves it unanswered and asks QUESTION. One-shot `ask` prints the `resume`
+command, flags included, that answers its clarification.
 
 `--kb` (repeatable; an id or a full `knowledge_bases/{id}` name) and `--filter` (AIP-160,
 docs/api.md#filters) limit every retrieval of the run; a resume is given the same ones again.
@@ -32,8 +36,9 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TextIO
 
 import grpc
@@ -107,7 +112,45 @@ def format_step(step: Any) -> str:
     return f"{step.elapsed_ms:>6} ms  {step.icon} {step.label}{detail}{group}"
 
 
-def print_result(data: dict[str, Any], out: TextIO, *, all_evidence: bool = False) -> None:
+#: How `ask --chat` answers a clarification, printed under its options.
+CHAT_REPLY_HINT = (
+    "reply on the next line (an option or your own words) to resume this run; "
+    "/new QUESTION asks another question instead"
+)
+
+
+def resume_hint(args: argparse.Namespace) -> str:
+    """The `resume` command answering a one-shot `ask`'s clarification, with the flags the run
+    was given again (knowledge bases, filter, history, address, --no-answer)."""
+    flags = ["--snapshot", "FILE", "--answer", "REPLY"]
+    for kb in args.kb:
+        flags += ["--kb", kb]
+    if args.filter:
+        flags += ["--filter", args.filter]
+    if args.history:
+        flags += ["--history", args.history]
+    if args.addr:
+        flags += ["--addr", args.addr]
+    if args.no_answer:
+        flags.append("--no-answer")
+    command = " ".join(shlex.quote(f) if f not in {"FILE", "REPLY"} else f for f in flags)
+    return (
+        f"python -m orchestrator_service resume {command}\n"
+        "          (FILE: this run's `ask --json` output or the snapshot line above, "
+        "- = stdin; REPLY: an option or your own words)"
+    )
+
+
+def print_result(
+    data: dict[str, Any],
+    out: TextIO,
+    *,
+    all_evidence: bool = False,
+    reply_hint: str = "save `ask --json` output and pass it to `resume --snapshot`",
+    show_snapshot: bool = True,
+) -> None:
+    """`data` (a `result_to_dict`) for a terminal; `reply_hint` says how to answer an HITL
+    result (the `resume` command, or the chat's next line, where the snapshot is not shown)."""
     trace = data["rag_trace"] or {}
     print(f"question: {data['question']}", file=out)
     standalone = data.get("standalone_question") or ""
@@ -122,8 +165,11 @@ def print_result(data: dict[str, Any], out: TextIO, *, all_evidence: bool = Fals
         print(f"HITL:     {trace.get('hitl_prompt', '')}", file=out)
         for option in trace.get("hitl_options") or ():
             print(f"          - {option}", file=out)
-        print("snapshot: " + json.dumps(data["hitl_resume_state"], ensure_ascii=False), file=out)
-        print("          (save `ask --json` output and pass it to `resume --snapshot`)", file=out)
+        if show_snapshot:
+            print(
+                "snapshot: " + json.dumps(data["hitl_resume_state"], ensure_ascii=False), file=out
+            )
+        print(f"resume:   {reply_hint}", file=out)
     answer = data.get("answer")
     if answer is not None:
         label = "answer:   " + ("(partial evidence) " if answer["partial"] else "")
@@ -194,7 +240,7 @@ def load_history(path: str) -> tuple[Turn, ...]:
     return history_from_json(json.loads(text))
 
 
-def _turns(history: tuple[Turn, ...] | list[Turn]) -> list[orchestrator_pb2.ConversationTurn]:
+def _turns(history: Sequence[Turn]) -> list[orchestrator_pb2.ConversationTurn]:
     return [
         orchestrator_pb2.ConversationTurn(question=t.question, answer=t.answer) for t in history
     ]
@@ -274,15 +320,9 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
             if not args.question:
                 raise ValueError("ask needs a question (or --chat)")
             return await _ask(stub, args, metadata, args.question, history)
-        request = orchestrator_pb2.ResumeRequest(
-            resume_state=hitl_state_to_proto(load_snapshot(args.snapshot).to_dict()),
-            user_answer=args.answer,
-            generate_answer=not args.no_answer,
-            knowledge_bases=args.kb,
-            filter=args.filter,
-            history=_turns(history),
+        return await _resume(
+            stub, args, metadata, load_snapshot(args.snapshot), args.answer, history
         )
-        return await _send(args, metadata, request, stub.Resume, stub.StreamResume)
 
 
 async def _ask(
@@ -302,6 +342,25 @@ async def _ask(
     return await _send(args, metadata, request, stub.Run, stub.StreamRun)
 
 
+async def _resume(
+    stub: orchestrator_pb2_grpc.OrchestratorServiceStub,
+    args: argparse.Namespace,
+    metadata: Any,
+    snapshot: ResumeSnapshot,
+    reply: str,
+    history: Sequence[Turn],
+) -> dict[str, Any]:
+    request = orchestrator_pb2.ResumeRequest(
+        resume_state=hitl_state_to_proto(snapshot.to_dict()),
+        user_answer=reply,
+        generate_answer=not args.no_answer,
+        knowledge_bases=args.kb,
+        filter=args.filter,
+        history=_turns(history),
+    )
+    return await _send(args, metadata, request, stub.Resume, stub.StreamResume)
+
+
 async def _chat(
     stub: orchestrator_pb2_grpc.OrchestratorServiceStub,
     args: argparse.Namespace,
@@ -309,29 +368,46 @@ async def _chat(
     history: list[Turn],
 ) -> None:
     """One question per line until an empty line, `exit` or Ctrl-D; each answered question
-    joins the history sent with the next (its answer text, "" without one). A refused or
-    failed question is reported and the loop goes on."""
+    joins the history sent with the next (its answer text, "" without one). A clarification
+    (an HITL result) is answered on the next line: the reply resumes that run, and the
+    question joins the history once the run ends without asking again; `/new QUESTION`
+    drops it. A refused or failed call is reported and the loop goes on (a clarification
+    still waiting for its reply)."""
     print("chat: one question per line; an empty line or Ctrl-D ends", file=sys.stderr)
-    question: str | None = args.question
+    line: str | None = args.question
+    #: The question whose clarification waits for a reply, and its snapshot.
+    pending: tuple[str, ResumeSnapshot] | None = None
     while True:
-        if not question:
+        if not line:
             try:
-                question = (await asyncio.to_thread(input, "you> ")).strip()
+                line = (await asyncio.to_thread(input, "reply> " if pending else "you> ")).strip()
             except EOFError:
                 return
-            if not question or question in {"exit", "quit"}:
+            if not line or line in {"exit", "quit"}:
                 return
+        if pending is not None and (line == "/new" or line.startswith("/new ")):
+            pending, line = None, line.removeprefix("/new").strip()
+            if not line:
+                continue
         try:
-            data = await _ask(stub, args, metadata, question, history)
+            if pending is not None:
+                data = await _resume(stub, args, metadata, pending[1], line, history)
+            else:
+                data = await _ask(stub, args, metadata, line, history)
         except grpc.aio.AioRpcError as exc:
             print(f"error: {exc.code().name}: {exc.details() or ''}", file=sys.stderr)
-            question = None
+            line = None
             continue
-        _print(args, data)
-        history[:] = recent_history(
-            [*history, Turn(question, (data["answer"] or {}).get("text", ""))]
-        )
-        question = None
+        _print(args, data, reply_hint=CHAT_REPLY_HINT)
+        question = pending[0] if pending is not None else line
+        if data["hitl_resume_state"] is not None:
+            pending = (question, ResumeSnapshot.from_mapping(data["hitl_resume_state"]))
+        else:
+            pending = None
+            history[:] = recent_history(
+                [*history, Turn(question, (data["answer"] or {}).get("text", ""))]
+            )
+        line = None
 
 
 async def _send(
@@ -395,9 +471,15 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-def _print(args: argparse.Namespace, data: dict[str, Any]) -> None:
+def _print(args: argparse.Namespace, data: dict[str, Any], *, reply_hint: str = "") -> None:
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2), flush=True)
     else:
-        print_result(data, sys.stdout, all_evidence=args.all_evidence)
+        print_result(
+            data,
+            sys.stdout,
+            all_evidence=args.all_evidence,
+            reply_hint=reply_hint or resume_hint(args),
+            show_snapshot=not reply_hint,
+        )
         sys.stdout.flush()

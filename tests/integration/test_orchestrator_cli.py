@@ -1,13 +1,16 @@
 """The CLI (`python -m orchestrator_service ask|resume`) as a subprocess against the service
 wired to the scripted model and retrieval servers: it reaches every route, prints the answer
 with its numbered sources, the HITL prompt, options and a compact evidence list (`--json` the
-whole result), streams steps and the answer, and round-trips the snapshot file."""
+whole result), streams steps and the answer, and round-trips the snapshot file; the `resume`
+command it prints for a clarification works as printed, and `ask --chat` answers a
+clarification on the next line by resuming the run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -64,14 +67,17 @@ async def stack():
     await s.aclose()
 
 
-async def _cli(port: int, *args: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTH_")}
+async def _cli(port: int | None, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    """The CLI with `args` (and `--addr` of `port` unless None), `stdin` as its input."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "SUPERMEW_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "gen"), env.get("PYTHONPATH", "")])
+    addr = ("--addr", f"127.0.0.1:{port}") if port is not None else ()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "orchestrator_service", *args, "--addr", f"127.0.0.1:{port}",
-        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "orchestrator_service", *args, *addr,
+        cwd=ROOT, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await proc.communicate()
+    out, err = await proc.communicate(stdin.encode())
     return proc.returncode or 0, out.decode(), err.decode()
 
 
@@ -163,3 +169,57 @@ async def test_cli_unknown_knowledge_base_is_not_found(stack) -> None:
     rc, _, err = await _cli(stack.app.server.port, "ask", Q_NONE, "--kb", "nope")
     assert rc == 1
     assert "NOT_FOUND: knowledge_bases[0]: knowledge_bases/nope does not exist" in err
+
+
+async def test_cli_prints_the_resume_command_and_it_works_as_printed(stack, tmp_path) -> None:
+    port = stack.app.server.port
+    scope = ("--kb", "hr", "--filter", "metadata.year >= 2023")
+    rc, out, err = await _cli(None, "ask", Q_CLARIFY, *scope, "--addr", f"127.0.0.1:{port}")
+    assert rc == 0, err
+    assert "route:    clarify" in out and "          - 卡卡罗" in out
+    command = next(line for line in out.splitlines() if line.startswith("resume:   "))
+    assert command == (
+        "resume:   python -m orchestrator_service resume --snapshot FILE --answer REPLY "
+        f"--kb hr --filter 'metadata.year >= 2023' --addr 127.0.0.1:{port}"
+    )
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(
+        next(line for line in out.splitlines() if line.startswith("snapshot: "))[10:],
+        encoding="utf-8",
+    )
+    argv = shlex.split(command.removeprefix("resume:   python -m orchestrator_service "))
+    argv = [str(snapshot) if a == "FILE" else "卡卡罗" if a == "REPLY" else a for a in argv]
+    rc, out, err = await _cli(None, *argv)
+    assert rc == 0, err
+    assert "route:    rewrite (needs_rewrite)" in out
+    assert [(s.query, s.knowledge_bases, s.filter) for s in stack.retrieval.sent] == [
+        (Q_CLARIFY, ("hr",), "metadata.year >= 2023"),
+        (QSTAR, ("hr",), "metadata.year >= 2023"),
+    ]
+
+
+async def test_chat_answers_a_clarification_on_the_next_line(stack) -> None:
+    port = stack.app.server.port
+    scope = ("--kb", "hr", "--filter", "metadata.year >= 2023")
+    rc, out, err = await _cli(port, "ask", "--chat", *scope, stdin=f"{Q_CLARIFY}\n卡卡罗\n\n")
+    assert rc == 0, err
+    assert "route:    clarify" in out and "reply on the next line" in out
+    assert "python -m orchestrator_service resume" not in out and "snapshot: " not in out
+    assert "reply> " in out  # the prompt waiting for the reply
+    assert "route:    rewrite (needs_rewrite)" in out  # the resumed run's verdict
+    # The reply resumed the run (q* = "卡卡罗：…", the same scope) instead of a new question.
+    assert [(s.query, s.knowledge_bases, s.filter) for s in stack.retrieval.sent] == [
+        (Q_CLARIFY, ("hr",), "metadata.year >= 2023"),
+        (QSTAR, ("hr",), "metadata.year >= 2023"),
+    ]
+    assert [q for t, q in stack.model.calls() if t == "evidence_grade"] == [Q_CLARIFY, QSTAR]
+
+
+async def test_chat_new_drops_the_clarification(stack) -> None:
+    port = stack.app.server.port
+    rc, out, err = await _cli(port, "ask", "--chat", stdin=f"{Q_CLARIFY}\n/new {Q_ANSWER}\n\n")
+    assert rc == 0, err
+    assert "answer:   丹瑾是衍射属性[1]。" in out
+    # A new question, asked without history (the unanswered clarification is not a turn).
+    assert [s.query for s in stack.retrieval.sent] == [Q_CLARIFY, Q_ANSWER]
+    assert "condense_question" not in [t for t, _ in stack.model.calls()]

@@ -1,6 +1,7 @@
 """The local `condense_question` (LOCAL_MODEL.md §5) as tables: the earlier questions (oldest
 first), the follow-up, and the standalone question it becomes — pronouns and demonstratives,
-ellipsis and new topics, in zh and en, over conversations on the bundled samples."""
+ellipsis, changed attributes, "the other" and new topics, in zh and en, over conversations on
+the bundled samples and a few products of their own."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ ELLIPSIS = [
      "What is the response time of the Basic support plan?"),
     (["What is the Navigator's weapon?"], "What about the Quartermaster?",
      "What is the Quartermaster's weapon?"),
+    (["What is the response time of the Premium support plan?"], "And the basic plan?",
+     "What is the response time of the basic plan?"),
+    (["What is the response time of the Premium support plan?"], "And the price?",
+     "What is the price of the Premium support plan?"),
     (["How often should a succulent be watered?"], "What about in winter?",
      "How often should a succulent be watered in winter?"),
     (["How often should a succulent be watered in summer?"], "And in winter?",
@@ -77,6 +82,106 @@ THREE_TURNS = [
     (["How much water do succulents need?", "What about in winter?"],
      "How much light do they need?", "How much light do succulents need?"),
 ]  # fmt: skip
+
+
+#: Follow-ups keeping the subject and changing the attribute, or naming "the other" of two things
+#: named earlier (LOCAL_MODEL.md §5): (earlier turns as (question, answer), oldest first, the
+#: follow-up, the standalone question) — zh and en, after one earlier turn (a two-turn
+#: conversation) or two (three-turn; the subject may come from the first).
+FOLLOW_UP_FORMS = [
+    # attribute, en
+    ([("What is the battery life of the Aurora X2 laptop?", "Twelve hours[1].")],
+     "what about its weight?", "What is the weight of the Aurora X2 laptop?"),
+    ([("What is the response time of the Premium support plan?", "Four hours[1].")],
+     "And its price?", "What is the price of the Premium support plan?"),
+    ([("What is the Quartermaster's weapon?", "A heavy boarding axe[1].")], "Its skill?",
+     "What is the skill of the Quartermaster?"),
+    ([("Why is Venus the hottest planet?", "Its atmosphere traps heat[1].")],
+     "And its surface temperature?", "What is the surface temperature of Venus?"),
+    ([("What is the Lookout's weapon?", "A longbow[1].")], "And his skill?",
+     "What is the skill of the Lookout?"),
+    ([("What is the Premium support plan?", "A plan with a named contact[1]."),
+      ("Who can buy it?", "Any account[1].")],
+     "And its response time?", "What is the response time of the Premium support plan?"),
+    ([("What is the Quartermaster?", "A defensive role[1]."),
+      ("What is its skill?", "Iron Stores[1].")],
+     "And its weapon?", "What is the weapon of the Quartermaster?"),
+    ([("How much does the Premium support plan cost?", "49 euros per month[1]."),
+      ("What about its response time?", "Four hours[1].")],
+     "And the Basic one?", "What is the response time of the Basic support plan?"),
+    ([("What is the Navigator's skill?", "Star Chart[1].")],
+     "What about the Quartermaster's weapon?", "What is the weapon of the Quartermaster?"),
+    ([("What is the response time of the Premium support plan?", "Four hours[1].")],
+     "And the Basic plan's price?", "What is the price of the Basic support plan?"),
+    # attribute, zh
+    ([("云途X5手机的电池容量是多少？", "5000 毫安时[1]。")], "那它的价格呢？",
+     "云途X5手机的价格是多少？"),
+    ([("云途X5手机的电池容量是多少？", "5000 毫安时[1]。")], "它的保修期多久？",
+     "云途X5手机的保修期多久？"),
+    ([("丹瑾的武器是什么？", "珊瑚法杖[1]。")], "那她的技能呢？", "丹瑾的技能是什么？"),
+    ([("赤羽的属性是什么？", "火[1]。")], "武器呢？", "赤羽的武器是什么？"),
+    ([("云途X5手机的屏幕有多大？", "6.7 英寸[1]。"), ("它支持快充吗？", "支持[1]。")],
+     "那它的重量呢？", "云途X5手机的重量是多少？"),
+    ([("墨言是什么角色？", "远程辅助角色[1]。"), ("他的武器是什么？", "竹制长弓[1]。")],
+     "那技能呢？", "墨言的技能是什么？"),
+    ([("乌龙茶属于什么茶？", "半发酵茶[1]。"), ("它的代表品种有哪些？", "铁观音[1]。")],
+     "那它的冲泡水温呢？", "乌龙茶的冲泡水温是多少？"),
+    ([("丹瑾的武器是什么？", "珊瑚法杖[1]。"), ("谁的属性是火？", "")],
+     "那她的技能呢？", "丹瑾的技能是什么？"),
+    ([("专业版云存储套餐包含多少存储空间？", "2 TB[1]。")], "那标准版的价格呢？",
+     "标准版云存储套餐的价格是多少？"),
+    ([("丹瑾的武器是什么？", "珊瑚法杖[1]。")], "赤羽的技能呢？", "赤羽的技能是什么？"),
+    # the other, en
+    ([("What is the response time of the Basic support plan?", "Two business days[1].")],
+     "And the Premium one?", "What is the response time of the Premium support plan?"),
+    ([("What is the price of the Aurora X2 laptop?", "899 euros[1]."),
+      ("And the Aurora X3?", "1,199 euros[1].")],
+     "what about the other one?", "What is the price of the Aurora X2 laptop?"),
+    ([("What is the price of the Aurora X2 laptop?", "899 euros[1]."),
+      ("And the Aurora X3?", "1,199 euros[1].")],
+     "And the weight of the other one?", "What is the weight of the Aurora X2 laptop?"),
+    ([("Does the Basic support plan include phone support?",
+       "No, phone support comes with the Premium support plan[1].")],
+     "How much does the other one cost?", "How much does the Premium support plan cost?"),
+    ([("Does the Basic support plan include phone support?",
+       "No, phone support comes with the Premium support plan[1].")],
+     "And the other plan's price?", "What is the price of the Premium support plan?"),
+    ([("What is the Navigator's skill?", "Star Chart[1]."),
+      ("What about the Quartermaster?", "Iron Stores[1].")],
+     "What is the other one's weapon?", "What is the Navigator's weapon?"),
+    ([("How much does the Premium support plan cost?", "49 euros per month[1]."),
+      ("And the Basic one?", "No extra cost[1].")],
+     "What is the response time of the other one?",
+     "What is the response time of the Premium support plan?"),
+    # the other, zh
+    ([("丹瑾的武器是什么？", "珊瑚法杖[1]。"), ("赤羽呢？", "一对弯刀[1]。")], "另一个呢？",
+     "丹瑾的武器是什么？"),
+    ([("标准版云存储套餐每月多少钱？", "15 元[1]。"), ("那专业版呢？", "45 元[1]。")],
+     "另外那个套餐呢？", "标准版云存储套餐每月多少钱？"),
+    ([("云途X5手机多少钱？", "2999 元[1]。"), ("那云途X6呢？", "3999 元[1]。")],
+     "另一个的保修期多久？", "云途X5手机的保修期多久？"),
+    ([("墨言的属性是什么？", "风[1]。"), ("赤羽呢？", "火[1]。")], "那另一个角色的武器呢？",
+     "墨言的武器是什么？"),
+    ([("绿茶适合用多少度的水泡？", "八十度左右[1]。"), ("那红茶呢？", "接近沸腾的水[1]。")],
+     "另一种的代表品种有哪些？", "绿茶的代表品种有哪些？"),
+    ([("标准版云存储套餐提供团队共享文件夹吗？",
+       "不提供，专业版云存储套餐提供最多 10 人的团队共享文件夹[1]。")],
+     "另一个每月多少钱？", "专业版云存储套餐每月多少钱？"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("earlier", "question", "standalone"), FOLLOW_UP_FORMS)
+def test_attribute_change_and_the_other(
+    earlier: list[tuple[str, str]], question: str, standalone: str
+) -> None:
+    assert condense(question, [Turn(q, a) for q, a in earlier]) == standalone
+
+
+def test_the_other_needs_two_things_named() -> None:
+    """With one thing named and no sibling in the answers, "the other" is left as asked."""
+    history = [Turn("What is the price of the Aurora X2 laptop?", "899 euros[1].")]
+    assert condense("What about the other one?", history) == "What about the other one?"
+    assert condense("另一个呢？", [Turn("丹瑾的武器是什么？", "珊瑚法杖[1]。")]) == "另一个呢？"
 
 
 #: A previous question that names no entity ("Which plan …?"): the answer's opening names it.
