@@ -17,11 +17,7 @@ from orchestrator_service.nodes.classify import (
     prepare_sub_questions,
     route_after_classify,
 )
-from orchestrator_service.nodes.condense import (
-    condense_question,
-    route_at_resume,
-    route_at_start,
-)
+from orchestrator_service.nodes.condense import condense_question
 from orchestrator_service.nodes.grade import grade_documents, route_after_grade
 from orchestrator_service.nodes.retrieve import (
     retrieve_initial,
@@ -41,25 +37,34 @@ RagGraph: TypeAlias = CompiledStateGraph[RagState, RunContext, RagState, RagStat
 
 @dataclass(frozen=True, slots=True)
 class Graphs:
-    """The compiled workflows the core runs: `rag` for a new question, `resume` for H0–H2."""
+    """The compiled workflows the core runs: `rag` for a new question, `resume` for H0–H2,
+    each with a `_conversation` twin that condenses the question first, for a request with a
+    history. Two graphs rather than a branch at START: such a branch reads (copies) the whole
+    state on every run, ~13 % of a fast-path Run's graph CPU (docs/benchmarks.md)."""
 
     rag: RagGraph
     resume: RagGraph
+    rag_conversation: RagGraph
+    resume_conversation: RagGraph
 
 
 def build_graphs() -> Graphs:
-    """Both workflows, compiled. The composition root calls this once per process (compiled
+    """Every workflow, compiled. The composition root calls this once per process (compiled
     graphs are stateless and shared by all requests); tests that drive the core directly call
     it for their own."""
-    return Graphs(rag=build_rag_graph(), resume=build_resume_graph())
+    return Graphs(
+        rag=build_rag_graph(),
+        resume=build_resume_graph(),
+        rag_conversation=build_rag_graph(conversation=True),
+        resume_conversation=build_resume_graph(conversation=True),
+    )
 
 
-def build_rag_graph() -> RagGraph:
-    """(condense, with a history) → classify → simple: retrieve → grade → (rewrite →
+def build_rag_graph(*, conversation: bool = False) -> RagGraph:
+    """(condense, when `conversation`) → classify → simple: retrieve → grade → (rewrite →
     re-retrieve → grade) → end; complex: plan → Send fan-out to sub-agents (retrieve + grade
     each) → synthesis → end."""
     g = StateGraph(RagState, context_schema=RunContext)
-    g.add_node("condense_question", timed_node("condense_question", condense_question))
     g.add_node("classify_complexity", timed_node("classify_complexity", classify_complexity))
     g.add_node("retrieve_initial", timed_node("retrieve_initial", retrieve_initial))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
@@ -69,8 +74,7 @@ def build_rag_graph() -> RagGraph:
     g.add_node("rag_sub_agent", timed_node("rag_sub_agent", rag_sub_agent))
     g.add_node("synthesis", timed_node("synthesis", synthesis))
 
-    g.add_conditional_edges(START, route_at_start, ["condense_question", "classify_complexity"])
-    g.add_edge("condense_question", "classify_complexity")
+    _start_with(g, "classify_complexity", conversation=conversation)
     g.add_conditional_edges(
         "classify_complexity", route_after_classify, ["retrieve_initial", "prepare_sub_questions"]
     )
@@ -83,19 +87,30 @@ def build_rag_graph() -> RagGraph:
     g.add_conditional_edges("prepare_sub_questions", fan_out, ["rag_sub_agent"])
     g.add_edge("rag_sub_agent", "synthesis")
     g.add_edge("synthesis", END)
-    return g.compile(name="rag")
+    return g.compile(name="rag_conversation" if conversation else "rag")
 
 
-def build_resume_graph() -> RagGraph:
-    """(condense, with a history) → H1–H2: targeted retrieval with q*, one grading, end. No
-    classification, fan-out, synthesis or rewrite: a rewrite verdict is returned as
+def build_resume_graph(*, conversation: bool = False) -> RagGraph:
+    """(condense, when `conversation`) → H1–H2: targeted retrieval with q*, one grading, end.
+    No classification, fan-out, synthesis or rewrite: a rewrite verdict is returned as
     `needs_rewrite`."""
     g = StateGraph(RagState, context_schema=RunContext)
-    g.add_node("condense_question", timed_node("condense_question", condense_question))
     g.add_node("retrieve_resume_query", timed_node("retrieve_resume_query", retrieve_resume_query))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
-    g.add_conditional_edges(START, route_at_resume, ["condense_question", "retrieve_resume_query"])
-    g.add_edge("condense_question", "retrieve_resume_query")
+    _start_with(g, "retrieve_resume_query", conversation=conversation)
     g.add_edge("retrieve_resume_query", "grade_documents")
     g.add_edge("grade_documents", END)
-    return g.compile(name="rag_resume")
+    return g.compile(name="rag_resume_conversation" if conversation else "rag_resume")
+
+
+def _start_with(
+    g: StateGraph[RagState, RunContext, RagState, RagState], first: str, *, conversation: bool
+) -> None:
+    """START → `first`, through condense_question when `conversation` (N0′,
+    docs/trace.md#conversations)."""
+    if conversation:
+        g.add_node("condense_question", timed_node("condense_question", condense_question))
+        g.add_edge(START, "condense_question")
+        g.add_edge("condense_question", first)
+    else:
+        g.add_edge(START, first)

@@ -97,12 +97,17 @@ class RunOutcome:
 
 
 class RunRecorder(Protocol):
-    """Where finished runs go (the run history; a no-op with RUN_HISTORY off)."""
+    """Where finished runs go (the run history); with `enabled` false (RUN_HISTORY off) it
+    records nothing, and the core does not build the entries it would drop."""
+
+    enabled: bool
 
     async def record(self, entry: HistoryEntry) -> None: ...
 
 
 class _NoHistory:
+    enabled = False
+
     async def record(self, entry: HistoryEntry) -> None:
         return None
 
@@ -123,7 +128,7 @@ class Orchestrator:
         self._history = history or _NoHistory()
         self.retrieval = retrieval
         self._max_chars = max_question_chars
-        self._graph, self._resume_graph = graphs.rag, graphs.resume
+        self._graphs = graphs
 
     def _check_text(self, field: str, text: str) -> None:
         check_text(field, text, self._max_chars)
@@ -160,7 +165,8 @@ class Orchestrator:
         state = initial_state(question)
         if history:
             state["history"] = list(history)
-        final = await self._graph.ainvoke(state, context=ctx)
+        graph = self._graphs.rag_conversation if history else self._graphs.rag
+        final = await graph.ainvoke(state, context=ctx)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "run", question, scope, key_id, started_ms)
 
@@ -194,7 +200,8 @@ class Orchestrator:
         started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
         ctx.emit(state, steps.RESUME, user_answer)
-        final = await self._resume_graph.ainvoke(state, context=ctx)
+        graph = self._graphs.resume_conversation if history else self._graphs.resume
+        final = await graph.ainvoke(state, context=ctx)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "resume", user_answer, scope, key_id, started_ms)
 
@@ -209,6 +216,8 @@ class Orchestrator:
     ) -> RunOutcome:
         """The outcome with its run id, recorded in the run history."""
         outcome = replace(outcome, run_id=uuid7(started_ms))
+        if not self._history.enabled:
+            return outcome
         answer = outcome.answer
         await self._history.record(
             HistoryEntry(

@@ -6,7 +6,7 @@ is and `condense_error` says why."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -45,19 +45,3 @@ async def condense_question(state: RagState, runtime: Runtime[RunContext]) -> di
         "asked_question": question,
         "condense_error": error,
     }
-
-
-def _has_history(state: RagState) -> bool:
-    return bool(state.get("history"))
-
-
-async def route_at_start(state: RagState) -> Literal["condense_question", "classify_complexity"]:
-    """A question with a history is condensed first; without one the run is today's."""
-    return "condense_question" if _has_history(state) else "classify_complexity"
-
-
-async def route_at_resume(
-    state: RagState,
-) -> Literal["condense_question", "retrieve_resume_query"]:
-    """A resume with a history condenses the merged question before its targeted retrieval."""
-    return "condense_question" if _has_history(state) else "retrieve_resume_query"
