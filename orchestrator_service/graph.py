@@ -5,7 +5,7 @@ runtime context (`RunContext`), so one compiled graph serves every request."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -28,24 +28,32 @@ from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rew
 from orchestrator_service.nodes.sub_agent import rag_sub_agent
 from orchestrator_service.nodes.synthesis import synthesis
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState
+from orchestrator_service.state import ConversationState, RagState
 
 #: A compiled graph over RagState (input and output too) whose nodes get RunContext; naming the
 #: context type is what lets `ainvoke(..., context=RunContext(...))` type-check.
 RagGraph: TypeAlias = CompiledStateGraph[RagState, RunContext, RagState, RagState]
+#: The same over ConversationState: the workflows of a request with a history.
+ConversationGraph: TypeAlias = CompiledStateGraph[
+    ConversationState, RunContext, ConversationState, ConversationState
+]
+
+
+S = TypeVar("S", bound=RagState)
 
 
 @dataclass(frozen=True, slots=True)
 class Graphs:
     """The compiled workflows the core runs: `rag` for a new question, `resume` for H0–H2,
-    each with a `_conversation` twin that condenses the question first, for a request with a
-    history. Two graphs rather than a branch at START: such a branch reads (copies) the whole
-    state on every run, ~13 % of a fast-path Run's graph CPU (docs/benchmarks.md)."""
+    each with a `_conversation` twin over ConversationState that condenses the question
+    first, for a request with a history. Twins rather than a branch at START: such a branch
+    reads (copies) the whole state on every run, and the conversation keys would be channels
+    of every run (docs/benchmarks.md#orchestrator_throughput)."""
 
     rag: RagGraph
     resume: RagGraph
-    rag_conversation: RagGraph
-    resume_conversation: RagGraph
+    rag_conversation: ConversationGraph
+    resume_conversation: ConversationGraph
 
 
 def build_graphs() -> Graphs:
@@ -55,16 +63,44 @@ def build_graphs() -> Graphs:
     return Graphs(
         rag=build_rag_graph(),
         resume=build_resume_graph(),
-        rag_conversation=build_rag_graph(conversation=True),
-        resume_conversation=build_resume_graph(conversation=True),
+        rag_conversation=build_rag_conversation_graph(),
+        resume_conversation=build_resume_conversation_graph(),
     )
 
 
-def build_rag_graph(*, conversation: bool = False) -> RagGraph:
-    """(condense, when `conversation`) → classify → simple: retrieve → grade → (rewrite →
-    re-retrieve → grade) → end; complex: plan → Send fan-out to sub-agents (retrieve + grade
-    each) → synthesis → end."""
-    g = StateGraph(RagState, context_schema=RunContext)
+def build_rag_graph() -> RagGraph:
+    """classify → simple: retrieve → grade → (rewrite → re-retrieve → grade) → end; complex:
+    plan → Send fan-out to sub-agents (retrieve + grade each) → synthesis → end."""
+    g = _rag_workflow(RagState)
+    g.add_edge(START, "classify_complexity")
+    return g.compile(name="rag")
+
+
+def build_rag_conversation_graph() -> ConversationGraph:
+    """condense → the rest of `build_rag_graph`."""
+    g = _rag_workflow(ConversationState)
+    _condense_before(g, "classify_complexity")
+    return g.compile(name="rag_conversation")
+
+
+def build_resume_graph() -> RagGraph:
+    """H1–H2: targeted retrieval with q*, one grading, end. No classification, fan-out,
+    synthesis or rewrite: a rewrite verdict is returned as `needs_rewrite`."""
+    g = _resume_workflow(RagState)
+    g.add_edge(START, "retrieve_resume_query")
+    return g.compile(name="rag_resume")
+
+
+def build_resume_conversation_graph() -> ConversationGraph:
+    """condense q* → the rest of `build_resume_graph`."""
+    g = _resume_workflow(ConversationState)
+    _condense_before(g, "retrieve_resume_query")
+    return g.compile(name="rag_resume_conversation")
+
+
+def _rag_workflow(schema: type[S]) -> StateGraph[S, RunContext, S, S]:
+    """The main workflow from classify_complexity on (its START edge is the caller's)."""
+    g = StateGraph(schema, context_schema=RunContext)
     g.add_node("classify_complexity", timed_node("classify_complexity", classify_complexity))
     g.add_node("retrieve_initial", timed_node("retrieve_initial", retrieve_initial))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
@@ -74,7 +110,6 @@ def build_rag_graph(*, conversation: bool = False) -> RagGraph:
     g.add_node("rag_sub_agent", timed_node("rag_sub_agent", rag_sub_agent))
     g.add_node("synthesis", timed_node("synthesis", synthesis))
 
-    _start_with(g, "classify_complexity", conversation=conversation)
     g.add_conditional_edges(
         "classify_complexity", route_after_classify, ["retrieve_initial", "prepare_sub_questions"]
     )
@@ -87,30 +122,24 @@ def build_rag_graph(*, conversation: bool = False) -> RagGraph:
     g.add_conditional_edges("prepare_sub_questions", fan_out, ["rag_sub_agent"])
     g.add_edge("rag_sub_agent", "synthesis")
     g.add_edge("synthesis", END)
-    return g.compile(name="rag_conversation" if conversation else "rag")
+    return g
 
 
-def build_resume_graph(*, conversation: bool = False) -> RagGraph:
-    """(condense, when `conversation`) → H1–H2: targeted retrieval with q*, one grading, end.
-    No classification, fan-out, synthesis or rewrite: a rewrite verdict is returned as
-    `needs_rewrite`."""
-    g = StateGraph(RagState, context_schema=RunContext)
+def _resume_workflow(schema: type[S]) -> StateGraph[S, RunContext, S, S]:
+    """The resume workflow from retrieve_resume_query on (its START edge is the caller's)."""
+    g = StateGraph(schema, context_schema=RunContext)
     g.add_node("retrieve_resume_query", timed_node("retrieve_resume_query", retrieve_resume_query))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
-    _start_with(g, "retrieve_resume_query", conversation=conversation)
     g.add_edge("retrieve_resume_query", "grade_documents")
     g.add_edge("grade_documents", END)
-    return g.compile(name="rag_resume_conversation" if conversation else "rag_resume")
+    return g
 
 
-def _start_with(
-    g: StateGraph[RagState, RunContext, RagState, RagState], first: str, *, conversation: bool
+def _condense_before(
+    g: StateGraph[ConversationState, RunContext, ConversationState, ConversationState],
+    first: str,
 ) -> None:
-    """START → `first`, through condense_question when `conversation` (N0′,
-    docs/trace.md#conversations)."""
-    if conversation:
-        g.add_node("condense_question", timed_node("condense_question", condense_question))
-        g.add_edge(START, "condense_question")
-        g.add_edge("condense_question", first)
-    else:
-        g.add_edge(START, first)
+    """START → condense_question (N0′, docs/trace.md#conversations) → `first`."""
+    g.add_node("condense_question", timed_node("condense_question", condense_question))
+    g.add_edge(START, "condense_question")
+    g.add_edge("condense_question", first)

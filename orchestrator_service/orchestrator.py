@@ -26,7 +26,7 @@ from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
-from orchestrator_service.state import initial_state
+from orchestrator_service.state import initial_state, with_history
 from orchestrator_service.steps import NULL_SINK, StepSink
 from orchestrator_service.synthesis import MissingParts, missing_parts
 from shared.access import kb_id_named
@@ -164,9 +164,11 @@ class Orchestrator:
         ctx = self._context(steps_sink, timeout, scope)
         state = initial_state(question)
         if history:
-            state["history"] = list(history)
-        graph = self._graphs.rag_conversation if history else self._graphs.rag
-        final = await graph.ainvoke(state, context=ctx)
+            final = await self._graphs.rag_conversation.ainvoke(
+                with_history(state, history), context=ctx
+            )
+        else:
+            final = await self._graphs.rag.ainvoke(state, context=ctx)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "run", question, scope, key_id, started_ms)
 
@@ -192,16 +194,18 @@ class Orchestrator:
         check_scope(scope)
         check_history(history, self._max_chars)
         state = state_from_resume(snapshot, user_answer)
-        if history:
-            state["history"] = list(history)
         self._check_text("question", state["question"])
         record_question(state["question"])
         metrics.record_resume()
         started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
         ctx.emit(state, steps.RESUME, user_answer)
-        graph = self._graphs.resume_conversation if history else self._graphs.resume
-        final = await graph.ainvoke(state, context=ctx)
+        if history:
+            final = await self._graphs.resume_conversation.ainvoke(
+                with_history(state, history), context=ctx
+            )
+        else:
+            final = await self._graphs.resume.ainvoke(state, context=ctx)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "resume", user_answer, scope, key_id, started_ms)
 

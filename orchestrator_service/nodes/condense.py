@@ -13,14 +13,16 @@ from langgraph.runtime import Runtime
 from orchestrator_service import steps
 from orchestrator_service.models.base import TASK_CONDENSE
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState
+from orchestrator_service.state import ConversationState
 from shared.errors import ModelOutputInvalid
 
 #: The longest `condense_error` kept (as `rerank_error`, docs/api.md#status-codes).
 MAX_ERROR_CHARS = 500
 
 
-async def condense_question(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+async def condense_question(
+    state: ConversationState, runtime: Runtime[RunContext]
+) -> dict[str, Any]:
     """question = query = the standalone question; the caller's words stay in
     `asked_question` for RunResult.question. T is not touched (docs/trace.md#node-by-node)."""
     ctx = runtime.context
