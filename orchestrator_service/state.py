@@ -43,6 +43,15 @@ class RagState(TypedDict, total=False):
     sub_index: int | None
 
 
+class RouteView(TypedDict, total=False):
+    """The keys the routers after classify, grade and rewrite read. A conditional edge reads
+    the keys of its function's annotation from the state on every run, so they take this
+    rather than RagState (docs/benchmarks.md#orchestrator_throughput)."""
+
+    route: str | None
+    complexity: str | None
+
+
 class ConversationState(RagState, total=False):
     """S of a run with a history (docs/trace.md#conversations): the request's earlier turns,
     the caller's own words once `question` holds the standalone question, and why a
