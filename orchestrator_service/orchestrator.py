@@ -26,7 +26,7 @@ from orchestrator_service.models.base import TASK_ANSWER, ModelClient
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
-from orchestrator_service.state import initial_state, with_history
+from orchestrator_service.state import RagState, initial_state, with_history
 from orchestrator_service.steps import NULL_SINK, StepSink
 from orchestrator_service.synthesis import MissingParts, missing_parts
 from shared.access import kb_id_named
@@ -162,13 +162,7 @@ class Orchestrator:
         record_question(question)
         started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
-        state = initial_state(question)
-        if history:
-            final = await self._graphs.rag_conversation.ainvoke(
-                with_history(state, history), context=ctx
-            )
-        else:
-            final = await self._graphs.rag.ainvoke(state, context=ctx)
+        final = await self._walk(initial_state(question), history, ctx, resume=False)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "run", question, scope, key_id, started_ms)
 
@@ -200,14 +194,23 @@ class Orchestrator:
         started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
         ctx.emit(state, steps.RESUME, user_answer)
-        if history:
-            final = await self._graphs.resume_conversation.ainvoke(
-                with_history(state, history), context=ctx
-            )
-        else:
-            final = await self._graphs.resume.ainvoke(state, context=ctx)
+        final = await self._walk(state, history, ctx, resume=True)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "resume", user_answer, scope, key_id, started_ms)
+
+    async def _walk(
+        self, state: RagState, history: Sequence[Turn], ctx: RunContext, *, resume: bool
+    ) -> Mapping[str, Any]:
+        """The final state of the run's workflow, its conversation twin with a `history`.
+        version="v2" streams the state only: the default also streams each step's updates,
+        to find interrupts, which these graphs never raise (CPU per Run,
+        docs/benchmarks.md#orchestrator_throughput)."""
+        if history:
+            twin = self._graphs.resume_conversation if resume else self._graphs.rag_conversation
+            done = await twin.ainvoke(with_history(state, history), context=ctx, version="v2")
+            return done.value
+        graph = self._graphs.resume if resume else self._graphs.rag
+        return (await graph.ainvoke(state, context=ctx, version="v2")).value
 
     async def _recorded(
         self,
