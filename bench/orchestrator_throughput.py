@@ -12,17 +12,26 @@ against the orchestrator as its own process(es), the scripted model server answe
 on the fast path (1 model call per Run) and a model-classified question (2 calls). Ratio =
 runs/s ÷ the ideal 64 ÷ per-run model time (≥ 0.8 wanted); CPU ms/run is the orchestrator's
 (all its processes), "bench CPU" this process's (callers + fakes), which shares the machine.
-Callers spread over 32 channels, each its own connection: SO_REUSEPORT balances connections."""
+Callers spread over 32 channels, each its own connection: SO_REUSEPORT balances connections.
+
+`python -m bench.orchestrator_throughput --against COMMIT [--rounds N]` compares instead the
+shipped service of an older commit (`git archive` into a temp folder, its protos generated there,
+run on this venv with cwd and PYTHONPATH at that tree) with this tree's, one worker each, in N
+rounds (default 6) whose order alternates, and prints both cases' medians and their ratio."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import socket
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,8 +132,13 @@ class Target:
 
 @asynccontextmanager
 async def _service(
-    command: list[str], workers: int, model: FakeModelServer, retrieval: FakeRetrieval
+    command: list[str],
+    workers: int,
+    model: FakeModelServer,
+    retrieval: FakeRetrieval,
+    root: Path = ROOT,
 ) -> AsyncIterator[Target]:
+    """The orchestrator of the tree at `root` (this one by default) as its own process(es)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "LLM_", "TLS_"))}
     env.update(
@@ -136,9 +150,9 @@ async def _service(
         MODEL="bench-model",
         LOG_LEVEL="WARNING",
         BIND_HOST="127.0.0.1",
-        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gen"), env.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(root), str(root / "gen"), env.get("PYTHONPATH", "")]),
     )
-    proc = await asyncio.create_subprocess_exec(sys.executable, *command, cwd=ROOT, env=env)
+    proc = await asyncio.create_subprocess_exec(sys.executable, *command, cwd=root, env=env)
     channels = [
         grpc.aio.insecure_channel(
             f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
@@ -196,25 +210,123 @@ async def _closed_loop(target: Target, question: str, seconds: float) -> tuple[i
 Row = tuple[str, str, float, float, float, float]
 
 
+async def _measure(target: Target, variant: str) -> list[Row]:
+    """One row per case: runs/s, the ideal, and the orchestrator's and this process's CPU."""
+    rows: list[Row] = []
+    for label, question, trips in CASES:
+        # Warm-up: every channel connected, every worker past its first Runs.
+        await _closed_loop(target, question, 1.5)
+        server_cpu, own_cpu = target.cpu_seconds(), process_cpu_seconds(os.getpid())
+        done, wall = await _closed_loop(target, question, SECONDS)
+        server_ms = (target.cpu_seconds() - server_cpu) * 1000 / done
+        own_ms = (process_cpu_seconds(os.getpid()) - own_cpu) * 1000 / done
+        ideal = CONCURRENCY / (trips * LATENCY)
+        rows.append((variant, label, done / wall, ideal, server_ms, own_ms))
+    return rows
+
+
 async def _run() -> list[Row]:
     rows: list[Row] = []
     ms, rs = _script()
     async with fakes(ms, rs, model_delay=LATENCY) as (model, retrieval):
         for variant, command, workers in VARIANTS:
             async with _service(command, workers, model, retrieval) as target:
-                for label, question, trips in CASES:
-                    # Warm-up: every channel connected, every worker past its first Runs.
-                    await _closed_loop(target, question, 1.5)
-                    server_cpu, own_cpu = target.cpu_seconds(), process_cpu_seconds(os.getpid())
-                    done, wall = await _closed_loop(target, question, SECONDS)
-                    server_ms = (target.cpu_seconds() - server_cpu) * 1000 / done
-                    own_ms = (process_cpu_seconds(os.getpid()) - own_cpu) * 1000 / done
-                    ideal = CONCURRENCY / (trips * LATENCY)
-                    rows.append((variant, label, done / wall, ideal, server_ms, own_ms))
+                rows.extend(await _measure(target, variant))
     return rows
 
 
-def main() -> None:
+# ---- an older commit against this tree ------------------------------------------------------
+
+
+_IMPORT_PROBE = (
+    "import orchestrator_service, shared, supermew.v1.orchestrator_pb2 as o; "
+    "print(orchestrator_service.__file__, shared.__file__, o.__file__)"
+)
+
+
+@contextmanager
+def _commit_tree(commit: str) -> Iterator[Path]:
+    """`git archive <commit>` unpacked into a temp folder with its protos generated into
+    `gen/` (no worktree metadata to clean up); checks that a process there imports that
+    tree's code, not this checkout's (the venv's editable install points here)."""
+    with tempfile.TemporaryDirectory(prefix="bench-orch-baseline-") as folder:
+        tree = Path(folder)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+        (tree / "gen").mkdir()
+        protos = sorted(str(p.relative_to(tree / "protos")) for p in tree.glob("protos/**/*.proto"))
+        subprocess.run(
+            [sys.executable, "-m", "grpc_tools.protoc", "-Iprotos", "--python_out=gen",
+             "--grpc_python_out=gen", *protos],
+            cwd=tree,
+            check=True,
+        )  # fmt: skip
+        probe = subprocess.run(
+            [sys.executable, "-c", _IMPORT_PROBE],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([folder, str(tree / "gen")])},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        outside = [f for f in probe if not Path(f).resolve().is_relative_to(tree.resolve())]
+        assert not outside, f"{commit}: imported {outside}, outside {tree}"
+        yield tree
+
+
+async def _compare(commit: str, rounds: int) -> dict[str, list[Row]]:
+    """`rounds` rounds of both trees' shipped service, one worker each; rows by tree."""
+    ms, rs = _script()
+    before, after = f"before: {commit}", "after: this tree"
+    rows: dict[str, list[Row]] = {before: [], after: []}
+    with _commit_tree(commit) as old:
+        roots = {before: old, after: ROOT}
+        async with fakes(ms, rs, model_delay=LATENCY) as (model, retrieval):
+            for index in range(rounds):
+                # Alternate the order, so that load drifting on the machine weighs on both.
+                for name in (before, after) if index % 2 == 0 else (after, before):
+                    command = ["-m", "orchestrator_service"]
+                    async with _service(command, 1, model, retrieval, roots[name]) as target:
+                        measured = await _measure(target, name)
+                    rows[name].extend(measured)
+                    for _, label, rate, _, server_ms, _ in measured:
+                        print(f"round {index + 1} {name:<22} {label:<27} {server_ms:6.2f} ms/run "
+                              f"{rate:6.1f} runs/s", flush=True)  # fmt: skip
+    return rows
+
+
+def _report_comparison(commit: str, rows: dict[str, list[Row]]) -> None:
+    before, after = rows
+    print(
+        f"\n{CONCURRENCY} concurrent callers over {CHANNELS} channels, model latency "
+        f"{LATENCY * 1000:.0f} ms, {SECONDS:.0f} s per case, {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; medians over the rounds"
+    )
+    for label, _, _ in CASES:
+
+        def median(name: str, column: int, label: str = label) -> float:
+            return statistics.median(float(r[column]) for r in rows[name] if r[1] == label)
+
+        old_ms, new_ms = median(before, 4), median(after, 4)
+        print(
+            f"  {label}: orchestrator CPU/run {old_ms:.2f} ({commit}) → {new_ms:.2f} ms (this "
+            f"tree), ×{new_ms / old_ms:.3f}; runs/s {median(before, 2):.0f} → "
+            f"{median(after, 2):.0f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.orchestrator_throughput")
+    parser.add_argument("--against", metavar="COMMIT", help="compare with this older commit")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of --against (default 6)")
+    args = parser.parse_args(argv or [])
+    if args.against:
+        _report_comparison(args.against, asyncio.run(_compare(args.against, args.rounds)))
+        return
     rows = asyncio.run(_run())
     load = os.getloadavg()[0]
     print(
@@ -260,4 +372,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

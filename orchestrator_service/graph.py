@@ -5,7 +5,7 @@ runtime context (`RunContext`), so one compiled graph serves every request."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -17,11 +17,7 @@ from orchestrator_service.nodes.classify import (
     prepare_sub_questions,
     route_after_classify,
 )
-from orchestrator_service.nodes.condense import (
-    condense_question,
-    route_at_resume,
-    route_at_start,
-)
+from orchestrator_service.nodes.condense import condense_question
 from orchestrator_service.nodes.grade import grade_documents, route_after_grade
 from orchestrator_service.nodes.retrieve import (
     retrieve_initial,
@@ -32,34 +28,79 @@ from orchestrator_service.nodes.rewrite import rewrite_question, route_after_rew
 from orchestrator_service.nodes.sub_agent import rag_sub_agent
 from orchestrator_service.nodes.synthesis import synthesis
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState
+from orchestrator_service.state import ConversationState, RagState
 
 #: A compiled graph over RagState (input and output too) whose nodes get RunContext; naming the
 #: context type is what lets `ainvoke(..., context=RunContext(...))` type-check.
 RagGraph: TypeAlias = CompiledStateGraph[RagState, RunContext, RagState, RagState]
+#: The same over ConversationState: the workflows of a request with a history.
+ConversationGraph: TypeAlias = CompiledStateGraph[
+    ConversationState, RunContext, ConversationState, ConversationState
+]
+
+
+S = TypeVar("S", bound=RagState)
 
 
 @dataclass(frozen=True, slots=True)
 class Graphs:
-    """The compiled workflows the core runs: `rag` for a new question, `resume` for H0–H2."""
+    """The compiled workflows the core runs: `rag` for a new question, `resume` for H0–H2,
+    each with a `_conversation` twin over ConversationState that condenses the question
+    first, for a request with a history. Twins rather than a branch at START: such a branch
+    reads (copies) the whole state on every run, and the conversation keys would be channels
+    of every run (docs/benchmarks.md#orchestrator_throughput)."""
 
     rag: RagGraph
     resume: RagGraph
+    rag_conversation: ConversationGraph
+    resume_conversation: ConversationGraph
 
 
 def build_graphs() -> Graphs:
-    """Both workflows, compiled. The composition root calls this once per process (compiled
+    """Every workflow, compiled. The composition root calls this once per process (compiled
     graphs are stateless and shared by all requests); tests that drive the core directly call
     it for their own."""
-    return Graphs(rag=build_rag_graph(), resume=build_resume_graph())
+    return Graphs(
+        rag=build_rag_graph(),
+        resume=build_resume_graph(),
+        rag_conversation=build_rag_conversation_graph(),
+        resume_conversation=build_resume_conversation_graph(),
+    )
 
 
 def build_rag_graph() -> RagGraph:
-    """(condense, with a history) → classify → simple: retrieve → grade → (rewrite →
-    re-retrieve → grade) → end; complex: plan → Send fan-out to sub-agents (retrieve + grade
-    each) → synthesis → end."""
-    g = StateGraph(RagState, context_schema=RunContext)
-    g.add_node("condense_question", timed_node("condense_question", condense_question))
+    """classify → simple: retrieve → grade → (rewrite → re-retrieve → grade) → end; complex:
+    plan → Send fan-out to sub-agents (retrieve + grade each) → synthesis → end."""
+    g = _rag_workflow(RagState)
+    g.add_edge(START, "classify_complexity")
+    return g.compile(name="rag")
+
+
+def build_rag_conversation_graph() -> ConversationGraph:
+    """condense → the rest of `build_rag_graph`."""
+    g = _rag_workflow(ConversationState)
+    _condense_before(g, "classify_complexity")
+    return g.compile(name="rag_conversation")
+
+
+def build_resume_graph() -> RagGraph:
+    """H1–H2: targeted retrieval with q*, one grading, end. No classification, fan-out,
+    synthesis or rewrite: a rewrite verdict is returned as `needs_rewrite`."""
+    g = _resume_workflow(RagState)
+    g.add_edge(START, "retrieve_resume_query")
+    return g.compile(name="rag_resume")
+
+
+def build_resume_conversation_graph() -> ConversationGraph:
+    """condense q* → the rest of `build_resume_graph`."""
+    g = _resume_workflow(ConversationState)
+    _condense_before(g, "retrieve_resume_query")
+    return g.compile(name="rag_resume_conversation")
+
+
+def _rag_workflow(schema: type[S]) -> StateGraph[S, RunContext, S, S]:
+    """The main workflow from classify_complexity on (its START edge is the caller's)."""
+    g = StateGraph(schema, context_schema=RunContext)
     g.add_node("classify_complexity", timed_node("classify_complexity", classify_complexity))
     g.add_node("retrieve_initial", timed_node("retrieve_initial", retrieve_initial))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
@@ -69,8 +110,6 @@ def build_rag_graph() -> RagGraph:
     g.add_node("rag_sub_agent", timed_node("rag_sub_agent", rag_sub_agent))
     g.add_node("synthesis", timed_node("synthesis", synthesis))
 
-    g.add_conditional_edges(START, route_at_start, ["condense_question", "classify_complexity"])
-    g.add_edge("condense_question", "classify_complexity")
     g.add_conditional_edges(
         "classify_complexity", route_after_classify, ["retrieve_initial", "prepare_sub_questions"]
     )
@@ -83,19 +122,24 @@ def build_rag_graph() -> RagGraph:
     g.add_conditional_edges("prepare_sub_questions", fan_out, ["rag_sub_agent"])
     g.add_edge("rag_sub_agent", "synthesis")
     g.add_edge("synthesis", END)
-    return g.compile(name="rag")
+    return g
 
 
-def build_resume_graph() -> RagGraph:
-    """(condense, with a history) → H1–H2: targeted retrieval with q*, one grading, end. No
-    classification, fan-out, synthesis or rewrite: a rewrite verdict is returned as
-    `needs_rewrite`."""
-    g = StateGraph(RagState, context_schema=RunContext)
-    g.add_node("condense_question", timed_node("condense_question", condense_question))
+def _resume_workflow(schema: type[S]) -> StateGraph[S, RunContext, S, S]:
+    """The resume workflow from retrieve_resume_query on (its START edge is the caller's)."""
+    g = StateGraph(schema, context_schema=RunContext)
     g.add_node("retrieve_resume_query", timed_node("retrieve_resume_query", retrieve_resume_query))
     g.add_node("grade_documents", timed_node("grade_documents", grade_documents))
-    g.add_conditional_edges(START, route_at_resume, ["condense_question", "retrieve_resume_query"])
-    g.add_edge("condense_question", "retrieve_resume_query")
     g.add_edge("retrieve_resume_query", "grade_documents")
     g.add_edge("grade_documents", END)
-    return g.compile(name="rag_resume")
+    return g
+
+
+def _condense_before(
+    g: StateGraph[ConversationState, RunContext, ConversationState, ConversationState],
+    first: str,
+) -> None:
+    """START → condense_question (N0′, docs/trace.md#conversations) → `first`."""
+    g.add_node("condense_question", timed_node("condense_question", condense_question))
+    g.add_edge(START, "condense_question")
+    g.add_edge("condense_question", first)

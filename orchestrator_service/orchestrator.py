@@ -38,7 +38,7 @@ from orchestrator_service.models.base import TASK_ANSWER, ClaimVerdict, ModelCli
 from orchestrator_service.resume import ResumeSnapshot, state_from_resume
 from orchestrator_service.routing import is_hitl
 from orchestrator_service.runtime import UNSCOPED, RetrievalScope, Retriever, RunContext
-from orchestrator_service.state import initial_state
+from orchestrator_service.state import RagState, initial_state, with_history
 from orchestrator_service.steps import NULL_SINK, StepSink
 from orchestrator_service.synthesis import MissingParts, missing_parts
 from shared.access import kb_id_named
@@ -118,12 +118,17 @@ class RunOutcome:
 
 
 class RunRecorder(Protocol):
-    """Where finished runs go (the run history; a no-op with RUN_HISTORY off)."""
+    """Where finished runs go (the run history); with `enabled` false (RUN_HISTORY off) it
+    records nothing, and the core does not build the entries it would drop."""
+
+    enabled: bool
 
     async def record(self, entry: HistoryEntry) -> None: ...
 
 
 class _NoHistory:
+    enabled = False
+
     async def record(self, entry: HistoryEntry) -> None:
         return None
 
@@ -144,7 +149,7 @@ class Orchestrator:
         self._history = history or _NoHistory()
         self.retrieval = retrieval
         self._max_chars = max_question_chars
-        self._graph, self._resume_graph = graphs.rag, graphs.resume
+        self._graphs = graphs
 
     def _check_text(self, field: str, text: str) -> None:
         check_text(field, text, self._max_chars)
@@ -178,10 +183,7 @@ class Orchestrator:
         record_question(question)
         started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
-        state = initial_state(question)
-        if history:
-            state["history"] = list(history)
-        final = await self._graph.ainvoke(state, context=ctx)
+        final = await self._walk(initial_state(question), history, ctx, resume=False)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "run", question, scope, key_id, started_ms)
 
@@ -207,17 +209,29 @@ class Orchestrator:
         check_scope(scope)
         check_history(history, self._max_chars)
         state = state_from_resume(snapshot, user_answer)
-        if history:
-            state["history"] = list(history)
         self._check_text("question", state["question"])
         record_question(state["question"])
         metrics.record_resume()
         started_ms = _now_ms()
         ctx = self._context(steps_sink, timeout, scope)
         ctx.emit(state, steps.RESUME, user_answer)
-        final = await self._resume_graph.ainvoke(state, context=ctx)
+        final = await self._walk(state, history, ctx, resume=True)
         outcome = await self._finish(final, ctx, generate_answer, answer_sink)
         return await self._recorded(outcome, "resume", user_answer, scope, key_id, started_ms)
+
+    async def _walk(
+        self, state: RagState, history: Sequence[Turn], ctx: RunContext, *, resume: bool
+    ) -> Mapping[str, Any]:
+        """The final state of the run's workflow, its conversation twin with a `history`.
+        version="v2" streams the state only: the default also streams each step's updates,
+        to find interrupts, which these graphs never raise (CPU per Run,
+        docs/benchmarks.md#orchestrator_throughput)."""
+        if history:
+            twin = self._graphs.resume_conversation if resume else self._graphs.rag_conversation
+            done = await twin.ainvoke(with_history(state, history), context=ctx, version="v2")
+            return done.value
+        graph = self._graphs.resume if resume else self._graphs.rag
+        return (await graph.ainvoke(state, context=ctx, version="v2")).value
 
     async def _recorded(
         self,
@@ -230,6 +244,8 @@ class Orchestrator:
     ) -> RunOutcome:
         """The outcome with its run id, recorded in the run history."""
         outcome = replace(outcome, run_id=uuid7(started_ms))
+        if not self._history.enabled:
+            return outcome
         answer = outcome.answer
         await self._history.record(
             HistoryEntry(

@@ -5,6 +5,7 @@ graph's runtime context (orchestrator_service.runtime)."""
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Annotated, Any, TypedDict
 
 from orchestrator_service.conversation import Turn
@@ -40,9 +41,23 @@ class RagState(TypedDict, total=False):
     rag_step_group: str | None
     rag_step_group_label: str | None
     sub_index: int | None
-    # A conversation (docs/trace.md#conversations): the request's earlier turns, the caller's
-    # own words once `question` holds the standalone question, and why a condensation fell
-    # back. Absent without a history, so such a run's state is exactly today's.
+
+
+class RouteView(TypedDict, total=False):
+    """The keys the routers after classify, grade and rewrite read. A conditional edge reads
+    the keys of its function's annotation from the state on every run, so they take this
+    rather than RagState (docs/benchmarks.md#orchestrator_throughput)."""
+
+    route: str | None
+    complexity: str | None
+
+
+class ConversationState(RagState, total=False):
+    """S of a run with a history (docs/trace.md#conversations): the request's earlier turns,
+    the caller's own words once `question` holds the standalone question, and why a
+    condensation fell back. A run without a history runs on RagState alone, so its state is
+    exactly today's and its graph has no channels for these (each costs every run some CPU)."""
+
     history: list[Turn]
     asked_question: str | None
     condense_error: str | None
@@ -86,3 +101,8 @@ def initial_state(
         "rag_step_group_label": group_label,
         "sub_index": sub_index,
     }
+
+
+def with_history(state: RagState, history: Sequence[Turn]) -> ConversationState:
+    """`state` with the request's earlier turns, oldest first."""
+    return {**state, "history": list(history)}

@@ -142,8 +142,9 @@ class _NamesAsGiven(httpx.Headers):
     def items(self) -> ItemsView[str, str]:
         values: dict[str, str] = {}
         spelled: dict[str, str] = {}  # lower-case name → its first spelling
+        encoding = self.encoding  # a property: looked up once, not twice per header
         for raw_name, raw_value in self.raw:
-            name, value = raw_name.decode(self.encoding), raw_value.decode(self.encoding)
+            name, value = raw_name.decode(encoding), raw_value.decode(encoding)
             first = spelled.setdefault(name.lower(), name)
             values[first] = f"{values[first]}, {value}" if first in values else value
         return values.items()

@@ -13,7 +13,7 @@ from orchestrator_service.fast_path import fast_path_reason
 from orchestrator_service.metrics import record_fan_out
 from orchestrator_service.models.base import TASK_COMPLEXITY
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState, initial_state
+from orchestrator_service.state import RagState, RouteView, initial_state
 from shared.errors import ModelOutputInvalid
 from shared.trace_fields import MAX_SUB_QUESTIONS, Complexity
 
@@ -53,7 +53,7 @@ async def classify_complexity(state: RagState, runtime: Runtime[RunContext]) -> 
 
 
 async def route_after_classify(
-    state: RagState,
+    state: RouteView,
 ) -> Literal["prepare_sub_questions", "retrieve_initial"]:
     if state.get("complexity") == Complexity.COMPLEX:
         return "prepare_sub_questions"

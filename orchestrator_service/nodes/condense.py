@@ -6,21 +6,23 @@ is and `condense_error` says why."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.runtime import Runtime
 
 from orchestrator_service import steps
 from orchestrator_service.models.base import TASK_CONDENSE
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState
+from orchestrator_service.state import ConversationState
 from shared.errors import ModelOutputInvalid
 
 #: The longest `condense_error` kept (as `rerank_error`, docs/api.md#status-codes).
 MAX_ERROR_CHARS = 500
 
 
-async def condense_question(state: RagState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+async def condense_question(
+    state: ConversationState, runtime: Runtime[RunContext]
+) -> dict[str, Any]:
     """question = query = the standalone question; the caller's words stay in
     `asked_question` for RunResult.question. T is not touched (docs/trace.md#node-by-node)."""
     ctx = runtime.context
@@ -45,19 +47,3 @@ async def condense_question(state: RagState, runtime: Runtime[RunContext]) -> di
         "asked_question": question,
         "condense_error": error,
     }
-
-
-def _has_history(state: RagState) -> bool:
-    return bool(state.get("history"))
-
-
-async def route_at_start(state: RagState) -> Literal["condense_question", "classify_complexity"]:
-    """A question with a history is condensed first; without one the run is today's."""
-    return "condense_question" if _has_history(state) else "classify_complexity"
-
-
-async def route_at_resume(
-    state: RagState,
-) -> Literal["condense_question", "retrieve_resume_query"]:
-    """A resume with a history condenses the merged question before its targeted retrieval."""
-    return "condense_question" if _has_history(state) else "retrieve_resume_query"

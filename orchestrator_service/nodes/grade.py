@@ -17,7 +17,7 @@ from orchestrator_service.routing import (
     retrieval_status_for,
 )
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState
+from orchestrator_service.state import RagState, RouteView
 from shared.trace_fields import (
     GRADE_FIELD_NAMES,
     HITL_ROUTES,
@@ -98,6 +98,6 @@ async def grade_documents(state: RagState, runtime: Runtime[RunContext]) -> dict
     return update
 
 
-async def route_after_grade(state: RagState) -> Literal["rewrite_question", "__end__"]:
+async def route_after_grade(state: RouteView) -> Literal["rewrite_question", "__end__"]:
     """Only a rewrite verdict continues the main graph; every other route ends the run."""
     return "rewrite_question" if state.get("route") == Route.REWRITE else END_NODE

@@ -13,7 +13,7 @@ from orchestrator_service.models.base import TASK_REWRITE, RewritePlan
 from orchestrator_service.nodes import END_NODE
 from orchestrator_service.routing import REWRITE_BUDGET
 from orchestrator_service.runtime import RunContext
-from orchestrator_service.state import RagState
+from orchestrator_service.state import RagState, RouteView
 from shared.errors import ModelOutputInvalid
 from shared.trace_fields import RetrievalStatus, RewriteMethod, Route
 
@@ -93,7 +93,7 @@ async def rewrite_question(state: RagState, runtime: Runtime[RunContext]) -> dic
     }
 
 
-async def route_after_rewrite(state: RagState) -> Literal["retrieve_rewritten", "__end__"]:
+async def route_after_rewrite(state: RouteView) -> Literal["retrieve_rewritten", "__end__"]:
     """Re-retrieval after a real rewrite; the defensive branch ends the run (never reaches
     retrieve_rewritten — docs/trace.md#rewrite)."""
     return "retrieve_rewritten" if state.get("route") == Route.REWRITE else END_NODE
