@@ -33,6 +33,7 @@ from orchestrator_service.models.base import EvidenceGrade
 from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.support import (
     Coverage,
+    absent_kinds,
     absent_names,
     absent_nouns,
     measure_coverage,
@@ -113,16 +114,20 @@ def grade(
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
     absent = absent_names(question, coverage, chinese=chinese)
-    if absent:
+    kinds = absent_kinds(question, coverage, chinese=chinese)
+    if absent or kinds:
         # The thing asked about is not where the answer would come from (team B beside team A,
-        # Kestrel 3 beside Kestrel 2): no sentence of the evidence answers the question.
+        # Kestrel 3 beside Kestrel 2, paternity leave beside maternity leave): no sentence of
+        # the evidence answers the question, however many of its other words it holds.
+        missing = [f"names not in the evidence: {', '.join(absent)}"] if absent else []
+        missing += [f"kinds not in the evidence: {', '.join(kinds)}"] if kinds else []
         return EvidenceGrade(
             relevance=Relevance.NONE,
             answerability=Answerability.NONE,
             ambiguity=Ambiguity.NONE,
             route=Route.NO_KNOWLEDGE,
             confidence=0.8,
-            reason=f"none/none: names not in the evidence: {', '.join(absent)}; " + signals,
+            reason=f"none/none: {'; '.join(missing)}; " + signals,
         )
     lacking = absent_nouns(question, coverage, chinese=chinese)
     if lacking and answerability == Answerability.SUFFICIENT:
