@@ -37,6 +37,7 @@ from orchestrator_service.models.local.support import (
     absent_names,
     absent_nouns,
     measure_coverage,
+    unnamed_terms,
 )
 from orchestrator_service.models.local.text import (
     Evidence,
@@ -108,7 +109,9 @@ def grade(
     question = pick_option(question, docs)
     chinese = is_chinese(question)
     evidence = prepare_evidence(list(docs))
-    coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
+    coverage = measure_coverage(
+        unnamed_terms(key_terms(question), evidence[:WINDOW]), evidence[:WINDOW]
+    )
     signal = score_signal(evidence[0]) if evidence else 0.0
     answerability = answerability_of(coverage)
     relevance = relevance_of(coverage, signal)
@@ -235,7 +238,8 @@ def options_for(question: str, docs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The options a grade of `question` over `docs` offers the user (clarify or scope_select),
     the same way `grade` finds them; [] when it offers none."""
     evidence = prepare_evidence(list(docs))
-    coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
+    window = evidence[:WINDOW]
+    coverage = measure_coverage(unnamed_terms(key_terms(question), window), window)
     slot = missing_slot(question, coverage.window, chinese=is_chinese(question))
     if slot:
         return slot[1]

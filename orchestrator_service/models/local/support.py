@@ -13,6 +13,7 @@ from orchestrator_service.models.local.text import (
     ZH_STOP_WORDS,
     Evidence,
     Term,
+    evidence_stems,
     words,
 )
 from shared.lang import is_chinese
@@ -34,6 +35,24 @@ class Coverage:
     @property
     def union_share(self) -> float:
         return len(self.union_covered) / len(self.terms) if self.terms else 0.0
+
+
+def unnamed_terms(terms: list[Term], window: list[Evidence]) -> list[Term]:
+    """The key terms less those that name the documents rather than ask about them: a term no
+    chunk of the window says that a chunk's filename or title holds ("README" of "the README of
+    bc" over bc-README.txt, "手册" over 员工手册.md). The evidence is about the thing asked; the
+    distinctive-term rules decide whether it is the right thing. All of them when that would
+    leave fewer than two."""
+    named = " ".join(f"{chunk.filename} {chunk.title}".lower() for chunk in window)
+    stems = evidence_stems(named.replace("_", " ").replace("-", " "))
+
+    def names_a_document(term: Term) -> bool:
+        if any(chunk.covers(term) for chunk in window):
+            return False
+        return term.key in named if term.chinese else term.key in stems
+
+    kept = [term for term in terms if not names_a_document(term)]
+    return kept if len(kept) >= 2 else terms
 
 
 def measure_coverage(terms: list[Term], window: list[Evidence]) -> Coverage:
