@@ -157,3 +157,9 @@ def test_the_named_section_s_sentence_answers_within_one_document() -> None:
     )
     written = "".join(answer_pieces("How much is the Pro one of the Orion plans?", [doc(orion)]))
     assert written.startswith("The Orion Pro plan costs 29 dollars a month[1]"), written
+
+
+def test_an_attribute_asked_about_is_not_a_kind() -> None:
+    text = "绿茶不经过发酵，保留了较多的茶多酚。红茶是全发酵茶，口感醇厚。冲泡绿茶的水温约八十度。"
+    verdict = grade("绿茶的发酵程度？", [doc(text)])
+    assert verdict.route != "no_knowledge", verdict.reason

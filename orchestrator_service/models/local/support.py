@@ -285,8 +285,12 @@ def _zh_absent_kinds(question: str, coverage: Coverage, best: Evidence) -> list[
         after = tagged[index + 1] if index + 1 < len(tagged) else ("", "")
         if after[1].startswith("n") and len(after[0]) >= 2 and after[0] in best.lowered:
             found.append(word + after[0])  # 陪 + 产假: a kind of what the evidence holds
-        elif flag.startswith(("n", "v")) and len(word) >= 2 and _other_kind(word, best.lowered):
-            found.append(word)  # 丧假 beside 产假, 婚假
+        elif flag.startswith(("n", "v")) and len(word) >= 2:
+            # 丧假 beside 产假 and 婚假 (a family of kinds); 产假 beside 年假 when another chunk of
+            # the window has 产假 (another owner's). 程度 beside one 十度 is an attribute.
+            elsewhere = any(word in chunk.lowered for chunk in coverage.window)
+            if _other_kinds_zh(word, best.lowered) >= (1 if elsewhere else 2):
+                found.append(word)
     return found
 
 
@@ -311,15 +315,20 @@ CJK_ONLY = re.compile(r"[\u4e00-\u9fff]+")
 _ZH_MODEL_SUFFIXES = ("代", "型", "款", "号")
 
 
-def _other_kind(word: str, text: str) -> bool:
-    """Whether `text` holds another word ending with `word`'s last character, its kind (假 of
-    丧假: 产假, 年假), that is not a verb (失眠 is not a kind of 睡眠)."""
+def _other_kinds_zh(word: str, text: str) -> int:
+    """How many other words of `text` end with `word`'s last character, its kind (假 of 丧假:
+    产假, 婚假), not counting a verb (失眠 is not a kind of 睡眠) or a quantity (十度)."""
     head = word[-1]
-    for pair in set(re.findall(rf"(?=([\u4e00-\u9fff]{re.escape(head)}))", text)):
-        tags = parts_of_speech(pair)
-        if pair != word[-2:] and not (len(tags) == 1 and tags[0][1].startswith("v")):
-            return True
-    return False
+    pairs = set(re.findall(rf"(?=([\u4e00-\u9fff]{re.escape(head)}))", text)) - {word[-2:]}
+    return sum(
+        1
+        for pair in pairs
+        if pair[0] not in _ZH_NUMERALS
+        and not (len(tags := parts_of_speech(pair)) == 1 and tags[0][1].startswith("v"))
+    )
+
+
+_ZH_NUMERALS = frozenset("零一二两三四五六七八九十百千万几")
 
 
 @lru_cache(maxsize=1024)
