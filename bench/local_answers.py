@@ -2,13 +2,16 @@
 (`bench/sets/local_answers/`), through the real `Run` RPC on Milvus Lite with the built-in
 embedder, as `make run` serves it.
 
-The set: 15 documents of different shapes — Markdown handbooks and manuals with headings, two
+The set: 21 documents of different shapes — Markdown handbooks and manuals with headings, two
 FAQs, an HTML page, a GBK-encoded Chinese text file, two .docx files whose facts sit in a table
 (built here from `*.docx.json`), a two-page PDF report (built here from `*.pdf.json`), zh and
 en — and `questions.json`: each question with its expected route (`a|b` accepts either) and,
 for answers, the sentence (or table row, as the loader joins its cells) that supports it.
-About a quarter ask about an entity the corpus does not hold, or only a neighbour of it
-(team B beside team A, Kestrel 3 beside Kestrel 2, Orion Enterprise beside Basic and Pro).
+About a third ask about an entity the corpus does not hold, or only a neighbour of it: a
+sibling (team B beside team A, Orion Enterprise beside Basic and Pro), another kind (paternity
+leave beside maternity and annual leave, 陪产假 beside 产假), another number or model (a 500 g
+bag beside 250 g and 1 kg, Kestrel 3 beside Kestrel 2), each with answerable questions about
+what is there beside it.
 Compound questions carry `partial` (the expected `Answer.partial`) and `names` (the
 sub-question the answer must say it could not answer); questions about "this plan" or "the
 widget" carry `options`, the expected `hitl_options` (`[]`: a manual's sections are never
