@@ -172,7 +172,7 @@ _EN_QUESTION_WORDS = words("which what whose")
 #: Words that qualify any noun without naming a kind of it ("the usual loan period").
 _EN_GENERIC_MODIFIERS = words(
     "usual normal typical standard regular general default current exact overall total main "
-    "average full whole actual real right best good new exact approximate official"
+    "average full whole actual real right best good new approximate official"
 )
 #: The question's words as written between spaces, less the punctuation around them: a path or
 #: a dotted name ("/etc/passwd", "asyncio.run") stays one word, and no word of it a kind.
@@ -185,14 +185,14 @@ _ZH_KIND_FLAGS = ("n", "v", "a", "b", "j", "l")
 
 
 def absent_kinds(question: str, coverage: Coverage, *, chinese: bool) -> list[str]:
-    """A specific kind of a thing the evidence holds only other kinds of: the question's
-    "paternity leave" where the window says "maternity leave" and "annual leave" (a word that
-    opens a noun phrase before a noun the best chunk holds, itself in no chunk of the window,
-    while the window puts other words before that noun), "a 500 g bag" where it sells 250 g and
+    """A specific kind of a thing, or a quantity, the evidence holds only siblings of: the
+    question's "paternity leave" where the window says "maternity leave" and "annual leave" (a
+    word opening a noun phrase before a noun the best chunk holds, the pair said nowhere in the
+    window, which puts other words before that noun), "a 500 g bag" where it sells 250 g and
     1 kg bags (a number before a unit the window uses with other numbers only); 陪产假 beside
-    产假 (a word in no chunk of the window before a noun the best chunk holds), 中班 beside 早班
-    and 晚班 (a noun in no chunk of the window whose last character ends a word the best chunk
-    holds). Inflected forms are one word (stems); a synonym of the kind is not recognised."""
+    产假 (a word the best chunk lacks before a noun it holds), 丧假 beside 产假 and 婚假 (a noun
+    the best chunk lacks whose last character ends other words there). Inflected forms are one
+    word (stems); a synonym of the kind itself is not recognised."""
     best = coverage.best
     if best is None or not coverage.window:
         return []
@@ -201,6 +201,7 @@ def absent_kinds(question: str, coverage: Coverage, *, chinese: bool) -> list[st
     # "master-files" says "master files": a hyphen joins the words of a phrase.
     window = " ".join(chunk.lowered for chunk in coverage.window).replace("-", " ")
     held = frozenset().union(*(chunk.stems for chunk in coverage.window))
+    pairs = _word_pairs(window)
     found = []
     tokens = [token.strip(_EN_EDGES) for token in question.split()]
     for index in range(1, len(tokens) - 1):
@@ -212,7 +213,7 @@ def absent_kinds(question: str, coverage: Coverage, *, chinese: bool) -> list[st
             or len(word) < 3
             or lowered in EN_STOP_WORDS
             or lowered in _EN_GENERIC_MODIFIERS
-            or _said_before(window, lowered, noun.lower())
+            or (stem(lowered), stem(noun.lower())) in {(a, b) for a, b, _ in pairs}
             or not noun.isalpha()
             or noun.lower() in EN_STOP_WORDS
             or stem(noun.lower()) not in best.stems
@@ -221,7 +222,8 @@ def absent_kinds(question: str, coverage: Coverage, *, chinese: bool) -> list[st
             continue
         # A word the window uses elsewhere ("in the evening") names a kind only beside a family
         # of them ("Morning shift", "Afternoon shift"), not beside one other phrase.
-        kinds = _other_kinds(window, noun.lower(), {t.lower() for t in tokens})
+        asked = {t.lower() for t in tokens}
+        kinds = len({a for a, b, word in pairs if b == stem(noun.lower()) and word not in asked})
         if kinds >= (2 if stem(lowered) in held else 1):
             found.append(f"{word} {noun}")
     for match in _EN_QUANTITY.finditer(question):
@@ -235,11 +237,11 @@ def absent_kinds(question: str, coverage: Coverage, *, chinese: bool) -> list[st
     return found
 
 
-def _said_before(window: str, word: str, noun: str) -> bool:
-    """Whether the window says `word` right before `noun`, either inflected ("evening
-    shifts")."""
+def _word_pairs(window: str) -> set[tuple[str, str, str]]:
+    """(stem, stem of the next word, the word) of each two words in a row in the window, the
+    first not a stop word: "maternity leave", "Morning shift"."""
     pairs = re.findall(r"(?=\b([a-z][a-z'-]+)\s+([a-z][a-z'-]+)\b)", window)
-    return (stem(word), stem(noun)) in {(stem(a), stem(b)) for a, b in pairs}
+    return {(stem(a), stem(b), a) for a, b in pairs if a not in EN_STOP_WORDS}
 
 
 def _opens_phrase(tokens: list[str], index: int, held: frozenset[str]) -> bool:
@@ -254,20 +256,6 @@ def _opens_phrase(tokens: list[str], index: int, held: frozenset[str]) -> bool:
         and tokens[index - 2].lower() in _EN_PHRASE_OPENERS - _EN_QUESTION_WORDS
         and before not in EN_STOP_WORDS
         and stem(before) in held
-    )
-
-
-def _other_kinds(window: str, noun: str, asked: set[str]) -> int:
-    """How many words the question does not use the window puts right before `noun` (its
-    stem): "maternity leave", "Morning shift", "Riverside branch"."""
-    target = stem(noun)
-    pairs = re.findall(r"(?=\b([a-z][a-z'-]+)\s+([a-z][a-z'-]+)\b)", window)
-    return len(
-        {
-            stem(before)
-            for before, after in pairs
-            if stem(after) == target and before not in EN_STOP_WORDS and before not in asked
-        }
     )
 
 
