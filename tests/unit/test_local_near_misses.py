@@ -163,3 +163,16 @@ def test_an_attribute_asked_about_is_not_a_kind() -> None:
     text = "绿茶不经过发酵，保留了较多的茶多酚。红茶是全发酵茶，口感醇厚。冲泡绿茶的水温约八十度。"
     verdict = grade("绿茶的发酵程度？", [doc(text)])
     assert verdict.route != "no_knowledge", verdict.reason
+
+
+def test_a_statement_s_modifiers_are_not_kinds() -> None:
+    """A claim searched for support paraphrases the evidence's modifiers (SciFact): the kind
+    rules read questions only."""
+    text = (
+        "# Bariatric surgery\n\nBariatric surgery was followed by negative outcomes in mental "
+        "health and by improved physical outcomes in most patients."
+    )
+    claim = "Bariatric surgery leads to positive outcomes in mental health."
+    asked = "Does bariatric surgery lead to positive outcomes in mental health?"
+    assert "kinds not in the evidence" not in grade(claim, [doc(text)]).reason
+    assert "kinds not in the evidence" in grade(asked, [doc(text)]).reason
