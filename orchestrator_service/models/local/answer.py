@@ -30,6 +30,7 @@ from orchestrator_service.models.local.text import (
     Term,
     key_terms,
     prepare_evidence,
+    sub_headings,
     term_counts,
 )
 from shared.lang import CJK_CHAR, is_chinese
@@ -172,11 +173,16 @@ def _claims(text: str) -> list[tuple[str, str, str]]:
 
 def _candidates(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[_Candidate]:
     found = []
+    titles = [e.title for e in prepare_evidence(list(docs))]
     for rank, (doc, on_topic) in enumerate(zip(docs, _on_topic(docs, terms), strict=True), 1):
         if not on_topic:
             continue
         for position, (sentence, claim, words) in enumerate(_claims(str(doc.get("text") or ""))):
-            context, itself = prepare_evidence([{"text": words}, {"text": claim or sentence}])
+            # The document's title is context too: a row of the Aurelia Bakery's table is about
+            # Aurelia Bakery, a sentence of the Premium Support Plan's page about that plan.
+            context, itself = prepare_evidence(
+                [{"text": f"{titles[rank - 1]} {words}"}, {"text": claim or sentence}]
+            )
             covered = frozenset(term.key for term in terms if context.covers(term))
             said = frozenset(term.key for term in terms if itself.covers(term))
             if covered:
@@ -197,6 +203,37 @@ def _weights(
         weight = LIGHT_WEIGHT if term.key in _LIGHT_VERBS else 1.0
         weights[term.key] = (NAME_WEIGHT if term.key in names else weight) / holders
     return weights
+
+
+def named_thing(
+    terms: list[Term], pool: list[_Candidate], docs: Sequence[Mapping[str, Any]]
+) -> list[_Candidate]:
+    """The candidates about the thing the question names when the evidence describes several
+    of a kind: sibling headings (titles and section headings of the on-topic chunks that share a
+    word with another: "Basic Support Plan" / "Premium Support Plan", "Orion Basic plan" /
+    "Orion Pro plan", 年假 / 产假) differ in the words that name each one, and a question word
+    among those ("Premium") keeps only the candidates whose sentence, section or title holds
+    the most of them. A manual's sections (Tickets, Winter service) share no word and name
+    nothing. Every candidate when the question names none."""
+    on_topic = {c.rank for c in pool}
+    headings: dict[str, set[str]] = {}
+    for evidence in prepare_evidence(list(docs)):
+        if evidence.rank in on_topic:
+            for heading in [evidence.title] + [h for h, _ in sub_headings(evidence.text)]:
+                headings.setdefault(heading, {term.key for term in key_terms(heading)})
+    siblings = [
+        keys
+        for heading, keys in headings.items()
+        if any(keys & other for name, other in headings.items() if name != heading)
+    ]
+    if len(siblings) < 2:
+        return pool
+    every_name, shared = set().union(*siblings), siblings[0].intersection(*siblings[1:])
+    naming = {term.key for term in terms} & (every_name - shared)
+    if not naming:
+        return pool
+    most = max(len(c.covered & naming) for c in pool)
+    return [c for c in pool if len(c.covered & naming) == most]
 
 
 def asked_terms(question: str, missing: Sequence[str] = ()) -> list[Term]:
@@ -248,7 +285,7 @@ def choose_sentences(
         # What is left to ask is in no sentence: answer the question as a whole.
         return choose_sentences(question, docs, meaning)
     same_language = [c for c in every if is_chinese(c.sentence) == chinese]
-    pool = same_language or every
+    pool = named_thing(terms, same_language or every, docs)
     if not pool:
         return []
     on_topic = {c.rank for c in pool}

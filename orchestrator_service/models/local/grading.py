@@ -33,9 +33,11 @@ from orchestrator_service.models.base import EvidenceGrade
 from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.support import (
     Coverage,
+    absent_kinds,
     absent_names,
     absent_nouns,
     measure_coverage,
+    unnamed_terms,
 )
 from orchestrator_service.models.local.text import (
     Evidence,
@@ -107,22 +109,28 @@ def grade(
     question = pick_option(question, docs)
     chinese = is_chinese(question)
     evidence = prepare_evidence(list(docs))
-    coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
+    coverage = measure_coverage(
+        unnamed_terms(key_terms(question), evidence[:WINDOW]), evidence[:WINDOW]
+    )
     signal = score_signal(evidence[0]) if evidence else 0.0
     answerability = answerability_of(coverage)
     relevance = relevance_of(coverage, signal)
     signals = describe(coverage, signal)
     absent = absent_names(question, coverage, chinese=chinese)
-    if absent:
+    kinds = absent_kinds(question, coverage, chinese=chinese)
+    if absent or kinds:
         # The thing asked about is not where the answer would come from (team B beside team A,
-        # Kestrel 3 beside Kestrel 2): no sentence of the evidence answers the question.
+        # Kestrel 3 beside Kestrel 2, paternity leave beside maternity leave): no sentence of
+        # the evidence answers the question, however many of its other words it holds.
+        missing = [f"names not in the evidence: {', '.join(absent)}"] if absent else []
+        missing += [f"kinds not in the evidence: {', '.join(kinds)}"] if kinds else []
         return EvidenceGrade(
             relevance=Relevance.NONE,
             answerability=Answerability.NONE,
             ambiguity=Ambiguity.NONE,
             route=Route.NO_KNOWLEDGE,
             confidence=0.8,
-            reason=f"none/none: names not in the evidence: {', '.join(absent)}; " + signals,
+            reason=f"none/none: {'; '.join(missing)}; " + signals,
         )
     lacking = absent_nouns(question, coverage, chinese=chinese)
     if lacking and answerability == Answerability.SUFFICIENT:
@@ -230,7 +238,8 @@ def options_for(question: str, docs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The options a grade of `question` over `docs` offers the user (clarify or scope_select),
     the same way `grade` finds them; [] when it offers none."""
     evidence = prepare_evidence(list(docs))
-    coverage = measure_coverage(key_terms(question), evidence[:WINDOW])
+    window = evidence[:WINDOW]
+    coverage = measure_coverage(unnamed_terms(key_terms(question), window), window)
     slot = missing_slot(question, coverage.window, chinese=is_chinese(question))
     if slot:
         return slot[1]

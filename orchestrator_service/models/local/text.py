@@ -44,7 +44,8 @@ EN_STOP_WORDS = words(
     "might must not no yes what which who whom whose when where why how i me my we us our "
     "you your he him his she her one ones any some all each every both either neither "
     "other others such same own more most much many very just also only too again please "
-    "tell explain describe list give show know vs versus kind sort type way thing things "
+    "tell explain describe list give show know vs versus kind sort type way thing things say "
+    "says said according "
     "get got make made use used using"
 )
 
