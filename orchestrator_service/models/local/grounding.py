@@ -1,162 +1,68 @@
-"""`check_grounding` for the built-in model (LOCAL_MODEL.md §7): a claim is supported by a
-fact when one of the fact's sentences (or two side by side) holds the claim's key terms, every
-number the claim states, the names it states, and says it with the same polarity. Pure."""
+"""`check_grounding` for the built-in model (LOCAL_MODEL.md §7): a claim is supported by a fact
+when each of its clauses rests on one of the fact's sentences (or two side by side): the sentence
+holds the clause's key terms, its names, every number with the same unit, every "all" / "所有"
+it states, and says it with the same polarity. Pure, words only."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from orchestrator_service.answer import sentences, unwrap
 from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
-from orchestrator_service.models.local.support import question_names
-from orchestrator_service.models.local.text import Term, evidence_stems, key_terms
+from orchestrator_service.models.local.support import ZH_FRAMING_NOUNS, parts_of_speech
+from orchestrator_service.models.local.text import (
+    EN_STOP_WORDS,
+    Term,
+    evidence_stems,
+    key_terms,
+    segment,
+)
 from shared.lang import CJK_CHAR
+from shared.lexical import stem
+
+#: How much a missing name, a changed number, unit or polarity leaves of a clause's score.
+CONTRADICTED_SCORE = 0.1
+
+# ---- what asserts nothing ----------------------------------------------------------------------
 
 #: Text that asserts nothing to support: the answer's own note on what the evidence lacks
-#: (answer.partial_note), greetings and closing lines.
+#: (answer.partial_note), greetings, lead-ins and closing lines.
 _NO_CLAIM = re.compile(
     r"^\s*(?:note: the evidence answers|注意：现有资料|"
     r"(?:hi|hello|sure|certainly|of course|thanks|thank you)\b[\s,.!]*$|"
-    r"here (?:is|are) what|hope this helps|let me know|i hope|"
-    r"你好|您好|好的[，,。！!]?$|以下是|希望(?:这|以上|对)|如有其他问题)",
+    r"(?:(?:sure|certainly|of course|ok|okay)\b[\s,.!]*)?here (?:is|are) (?:what|an? |the )|"
+    r"hope this helps|let me know|i hope|"
+    r"你好|您好|好的[，,。！!]?$|(?:好的[，,]?\s*)?以下是|希望(?:这|以上|对)|如有其他问题)",
     re.IGNORECASE,
 )
-#: A number as the claim states it: "4", "1,000", "2.5", "24/7"'s parts.
+#: A lead-in ("Here is a short summary of the documentation:") introduces, it states nothing.
+_LEAD_IN = re.compile(r"[:：]\s*$")
+
+# ---- clauses -----------------------------------------------------------------------------------
+
+#: Where a claim splits into clauses judged one by one: an added "and also …" / "并新增了…"
+#: the facts lack must sink the claim even when the rest is copied word for word.
+_EN_CLAUSE_BREAK = re.compile(
+    r"\s*[;:]\s*|,\s*(?:and|but|while|whereas|so)\s+|\s+(?:and|but|while|whereas)\s+|,\s+"
+    r"|\s+(?=(?:since|until|because|which)\s)"
+)
+_ZH_CLAUSE_BREAK = re.compile(r"\s*[，,；;：:]\s*(?:并且|而且|并|且|同时|还|但)?|并且|而且")
+#: A clause needs this many key terms to stand alone; a shorter one ("On the Basic plan")
+#: joins its neighbour.
+_CLAUSE_TERMS = 2
+
+# ---- numbers and units -------------------------------------------------------------------------
+
+#: A number as the text states it: "4", "1,000", "2.5", "24/7"'s parts.
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_EN_NEGATION = re.compile(
-    r"\b(?:not|no|never|none|nothing|cannot|neither|nor|without|unless)\b|n't\b|\bnon-",
-    re.IGNORECASE,
-)
-_ZH_NEGATION = re.compile(r"[不没无未非勿别]")
-#: Words that hold a negation character without negating anything.
-_ZH_NOT_NEGATION = re.compile(
-    r"不同|不仅|不断|不过|不管|不少|无论|非常|未来|别的|别人|区别|分别|特别|类别|级别|性别|识别"
-)
-#: How much a missing name or a changed number or polarity leaves of a claim's score.
-CONTRADICTED_SCORE = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class _Window:
-    """One sentence of a fact, or two side by side, prepared for matching."""
-
-    flat: str
-    lowered: str
-    stems: frozenset[str]
-    numbers: frozenset[str]
-    negated: bool
-
-
-def check(
-    claims: Sequence[ClaimToCheck], facts: Sequence[str], threshold: float
-) -> list[ClaimVerdict]:
-    """One verdict per claim, in order."""
-    windows = [_windows(fact) for fact in facts]
-    return [_verdict(index, claim, windows, threshold) for index, claim in enumerate(claims)]
-
-
-def _verdict(
-    index: int, claim: ClaimToCheck, windows: Sequence[tuple[_Window, ...]], threshold: float
-) -> ClaimVerdict:
-    text = claim.text.strip()
-    terms = _content_terms(text)
-    if not terms or _NO_CLAIM.match(text):
-        return ClaimVerdict(claim_index=index, grounding_check_required=False, score=0.0)
-    allowed = claim.cited or tuple(range(len(windows)))
-    scored = sorted(
-        ((claim_score(text, terms, windows[f]), f) for f in allowed if 0 <= f < len(windows)),
-        key=lambda pair: -pair[0],
-    )
-    best = scored[0][0] if scored else 0.0
-    return ClaimVerdict(
-        claim_index=index,
-        grounding_check_required=True,
-        score=round(best, 4),
-        citation_indices=[f for score, f in scored if score >= threshold],
-    )
-
-
-def claim_score(text: str, terms: list[Term], windows: Sequence[_Window]) -> float:
-    """How well the best window supports the claim: 1 when it holds the claim verbatim;
-    else the share of key terms it holds, each missing one halving it; at most
-    CONTRADICTED_SCORE when a name, a number or the polarity differs."""
-    flat = _flat(text)
-    numbers = frozenset(_numbers(text))
-    negated = _negated(text)
-    names = [key_terms(name) for name in question_names(text)]
-    best = 0.0
-    for window in windows:
-        if flat and flat in window.flat:
-            return 1.0
-        missing = [term for term in terms if not _covers(window, term)]
-        score = 1.0 - len(missing) / len(terms)
-        if (
-            any(not all(_covers(window, term) for term in name) for name in names)
-            or not numbers <= window.numbers
-            or negated != window.negated
-        ):
-            score = min(score, CONTRADICTED_SCORE)
-        best = max(best, score)
-    return best
-
-
-def _content_terms(text: str) -> list[Term]:
-    """The claim's key terms that words can match: numbers are checked as numbers, and a lone
-    Chinese character (时, 多) is too common to tell anything."""
-    return [
-        term
-        for term in key_terms(text)
-        if not _NUMBER.fullmatch(term.key) and not (term.chinese and len(term.key) == 1)
-    ]
-
-
-def _covers(window: _Window, term: Term) -> bool:
-    return term.key in window.lowered if term.chinese else term.key in window.stems
-
-
-@lru_cache(maxsize=256)
-def _windows(fact: str) -> tuple[_Window, ...]:
-    """Each sentence of the fact, and each pair of neighbours (a claim may join two)."""
-    parts = [unwrap(sentence) for sentence in sentences(fact)] or [fact]
-    texts = parts + [f"{a} {b}" for a, b in zip(parts, parts[1:], strict=False)]
-    return tuple(_window(text) for text in texts)
-
-
-def _window(text: str) -> _Window:
-    lowered = text.lower()
-    return _Window(
-        _flat(text), lowered, evidence_stems(lowered), frozenset(_numbers(text)), _negated(text)
-    )
-
-
-def _numbers(text: str) -> list[str]:
-    """The numbers the text states, as digits: "1,000" is 1000, "six" and "六" are 6."""
-    spelled = _SPELLED.sub(lambda m: f" {_SPELLED_VALUES[m[0].lower()]} ", text)
-    return [n.replace(",", "") for n in _NUMBER.findall(spelled)]
-
-
 _SPELLED_VALUES = (
     {
         word: str(value)
         for value, word in enumerate(
-            [
-                "zero",
-                "one",
-                "two",
-                "three",
-                "four",
-                "five",
-                "six",
-                "seven",
-                "eight",
-                "nine",
-                "ten",
-                "eleven",
-                "twelve",
-            ]
+            "zero one two three four five six seven eight nine ten eleven twelve".split()
         )
     }
     | {"twenty": "20", "thirty": "30", "fifty": "50", "hundred": "100", "两": "2"}
@@ -169,14 +75,469 @@ _SPELLED = re.compile(
     r"|[零一二三四五六七八九十两](?=[个天周月年次台份名位小分秒倍元块层])",
     re.IGNORECASE,
 )
+#: Units, as the canonical name a number's unit is compared by.
+_EN_UNITS = {
+    **dict.fromkeys(["second", "seconds", "sec", "secs", "s"], "second"),
+    **dict.fromkeys(["minute", "minutes", "min", "mins"], "minute"),
+    **dict.fromkeys(["hour", "hours", "h", "hr", "hrs"], "hour"),
+    **dict.fromkeys(["day", "days"], "day"),
+    **dict.fromkeys(["week", "weeks"], "week"),
+    **dict.fromkeys(["month", "months"], "month"),
+    **dict.fromkeys(["year", "years"], "year"),
+    **dict.fromkeys(["percent", "%"], "%"),
+    **dict.fromkeys(["m²", "m2", "sqm"], "m²"),
+    **dict.fromkeys(["ft²", "ft2", "sqft"], "ft²"),
+    **dict.fromkeys(["ms", "millisecond", "milliseconds"], "ms"),
+    **{unit: unit for unit in ["kb", "mb", "gb", "tb", "mah", "kg", "g", "km", "m", "cm", "mm"]},
+    **dict.fromkeys(["l", "litre", "litres", "liter", "liters"], "l"),
+    **dict.fromkeys(["ml", "millilitre", "millilitres", "milliliter", "milliliters"], "ml"),
+}
+_ZH_UNITS = {
+    "秒": "second", "秒钟": "second", "分钟": "minute", "小时": "hour", "天": "day",
+    "日": "day", "工作日": "day", "个工作日": "day", "周": "week", "星期": "week",
+    "个月": "month", "月": "month", "年": "year", "%": "%", "毫秒": "ms", "升": "l",
+    "毫升": "ml", "元": "元", "倍": "倍", "次": "次",
+}  # fmt: skip
+#: The same quantity in another unit (0.5 升 is 500 毫升): a fact's number also counts as its
+#: value in the smaller unit.
+_SMALLER_UNIT = {"l": ("ml", 1000), "kg": ("g", 1000), "km": ("m", 1000), "m": ("cm", 100)}
+_AREA_WORDS = (
+    (re.compile(r"square\s+met(?:er|re)s?", re.IGNORECASE), "m²"),
+    (re.compile(r"square\s+f(?:ee|oo)t", re.IGNORECASE), "ft²"),
+)
+#: A number and the words after it where its unit is written: "600 requests per minute",
+#: "20 working days per calendar year", "300 秒", "150分钟".
+_EN_QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)\s*((?:%|m²|ft²)?(?:\s*[\w'-]+){0,4})")
+_ZH_QUANTITY = re.compile(
+    r"(\d+(?:[.,]\d+)*)\s*(" + "|".join(sorted(_ZH_UNITS, key=len, reverse=True)) + ")?"
+)
+
+# ---- polarity ----------------------------------------------------------------------------------
+
+#: Words that deny the next key terms of their clause ("does not affect the warranty").
+_EN_NEGATORS = frozenset(
+    "not no non never none nothing cannot neither nor without unless instead rather".split()
+)
+#: Verbs that take away what they touch, before or after it ("Dropped support for Python 3.8",
+#: "support was removed", "移除对 Windows 7 的支持").
+_EN_NEGATIVE_VERBS = frozenset(
+    "drop drops dropped remove removes removed deprecate deprecates deprecated discontinue "
+    "discontinues discontinued lack lacks lacked prohibit prohibits prohibited".split()
+)
+_ZH_NEGATIVE_VERBS = frozenset(["移除", "删除", "取消", "停止", "禁止", "缺少", "废弃"])
+_ZH_NEGATION = re.compile(r"[不没无未非勿别]")
+#: Words that start with a negation character without negating anything.
+_ZH_NOT_NEGATION = frozenset(
+    "不同 不仅 不断 不过 不管 不少 无论 非常 未来 别的 别人 区别 分别 特别 类别 级别".split()
+)
+#: How many key terms after a negator it denies: one ("is not set, it defaults to 1" denies
+#: "set", not "default").
+_NEGATION_SCOPE = 1
+_EN_TOKEN = re.compile(r"[a-z0-9]+(?:[.'][a-z0-9]+)*|[,;:]")
+_SCOPE_BREAK = frozenset(",;:，；：、。")
+
+# ---- scope words and names ---------------------------------------------------------------------
+
+#: Words that widen a claim to every case: a fact that does not say them supports less.
+_EN_UNIVERSAL = re.compile(
+    r"\b(?:always|all|every(?!\s+(?:day|week|month|year|hour|minute|quarter)\b)|everyone|"
+    r"everything|both|entire|whole|any|anyone|anything)\b",
+    re.IGNORECASE,
+)
+_ZH_UNIVERSAL = re.compile(r"所有|任何|全部|一切|总是|始终|永远|一律")
+#: A word that names something in English: "Premium", "HEPA", "PostgreSQL", "H13".
+_EN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_.][A-Za-z0-9]+)*")
+#: jieba's part-of-speech tags of names: place, person, organisation, other proper noun, Latin.
+_ZH_NAME_FLAGS = ("nr", "ns", "nt", "nz", "eng")
 
 
-def _negated(text: str) -> bool:
-    """Whether the text says "not" (or "without", "unless", 不, 无, …) anywhere: a claim and
-    the sentence it rests on must agree on it."""
-    if CJK_CHAR.search(text):
-        return bool(_ZH_NEGATION.search(_ZH_NOT_NEGATION.sub("", text)))
-    return bool(_EN_NEGATION.search(text))
+@dataclass(frozen=True, slots=True)
+class _Polarity:
+    """The key terms a text denies (in a negator's scope) and those it states plainly."""
+
+    denied: frozenset[str]
+    stated: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """One sentence of a fact, or two side by side, prepared for matching."""
+
+    flat: str
+    lowered: str
+    stems: frozenset[str]
+    numbers: frozenset[str]
+    quantities: frozenset[tuple[str, str]]
+    polarity: _Polarity
+
+
+@dataclass(frozen=True, slots=True)
+class _Fact:
+    windows: tuple[_Window, ...]
+    #: Its words written with a capital: a claim's first word is a name if the fact writes it so.
+    capitalised: frozenset[str]
+    #: Its Chinese nouns, for the sibling check (企业版 where the fact says 基础版).
+    lowered: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Clause:
+    """A clause of a claim with what each rule compares."""
+
+    text: str
+    chinese: bool
+    terms: tuple[Term, ...]
+    names: tuple[str, ...]
+    nouns: tuple[str, ...]
+    numbers: frozenset[str]
+    quantities: frozenset[tuple[str, str]]
+    universals: tuple[str, ...]
+    polarity: _Polarity
+
+
+def check(
+    claims: Sequence[ClaimToCheck], facts: Sequence[str], threshold: float
+) -> list[ClaimVerdict]:
+    """One verdict per claim, in order."""
+    prepared = [_fact(fact) for fact in facts]
+    return [_verdict(index, claim, prepared, threshold) for index, claim in enumerate(claims)]
+
+
+def _verdict(
+    index: int, claim: ClaimToCheck, facts: Sequence[_Fact], threshold: float
+) -> ClaimVerdict:
+    text = claim.text.strip()
+    if not _content_terms(text) or _NO_CLAIM.match(text) or _LEAD_IN.search(text):
+        return ClaimVerdict(claim_index=index, grounding_check_required=False, score=0.0)
+    allowed = [f for f in (claim.cited or range(len(facts))) if 0 <= f < len(facts)]
+    clauses = _clauses(text, facts)
+    scored = sorted(
+        ((claim_score(text, clauses, facts[f], facts), f) for f in allowed),
+        key=lambda pair: -pair[0],
+    )
+    best = scored[0][0] if scored else 0.0
+    return ClaimVerdict(
+        claim_index=index,
+        grounding_check_required=True,
+        score=round(best, 4),
+        citation_indices=[f for score, f in scored if score >= threshold],
+    )
+
+
+def claim_score(
+    text: str, clauses: Sequence[_Clause], fact: _Fact, facts: Sequence[_Fact]
+) -> float:
+    """How well one fact supports the claim: 1 when a sentence holds it verbatim; else its
+    weakest clause's score, each clause against the fact's sentence that suits it best."""
+    flat = _flat(text)
+    if flat and any(flat in window.flat for window in fact.windows):
+        return 1.0
+    return min(
+        max(clause_score(clause, window, facts) for window in fact.windows) for clause in clauses
+    )
+
+
+def clause_score(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> float:
+    """The share of the clause's key terms the sentence holds; at most CONTRADICTED_SCORE when
+    the sentence says something else (`_contradiction`)."""
+    if _contradiction(clause, window, facts):
+        return CONTRADICTED_SCORE
+    if not clause.terms:
+        return 1.0
+    missing = [term for term in clause.terms if not _covers(window, term)]
+    return 1.0 - len(missing) / len(clause.terms)
+
+
+def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> str | None:
+    """Why the sentence cannot support the clause, or None. Each reason is one kind of
+    unsupported claim: another entity, another number or unit, a wider scope, the opposite."""
+    if any(not _holds_name(window, name) for name in clause.names):
+        return "name"
+    if any(_sibling_noun(window, noun, facts) for noun in clause.nouns):
+        return "sibling"
+    if not clause.numbers <= window.numbers:
+        return "number"
+    if _unit_changed(clause.quantities, window.quantities):
+        return "unit"
+    if any(not _holds_word(window, word, clause.chinese) for word in clause.universals):
+        return "scope"
+    if _opposite(clause, window):
+        return "polarity"
+    return None
+
+
+# ---- preparing facts and claims ----------------------------------------------------------------
+
+
+@lru_cache(maxsize=256)
+def _fact(fact: str) -> _Fact:
+    """Each sentence of the fact, and each pair of neighbours (a claim may join two)."""
+    parts = [unwrap(sentence) for sentence in sentences(fact)] or [fact]
+    texts = parts + [f"{a} {b}" for a, b in zip(parts, parts[1:], strict=False)]
+    capitalised = frozenset(
+        word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
+    )
+    return _Fact(tuple(_window(text) for text in texts), capitalised, fact.lower())
+
+
+def _window(text: str) -> _Window:
+    lowered = text.lower()
+    return _Window(
+        _flat(text),
+        lowered,
+        evidence_stems(lowered),
+        frozenset(_numbers(text)) | frozenset(n for n, _ in _quantities(text, smaller=True)),
+        frozenset(_quantities(text, smaller=True)),
+        _polarity(text),
+    )
+
+
+def _clauses(text: str, facts: Sequence[_Fact]) -> list[_Clause]:
+    """The claim's clauses; one too short to stand alone joins its neighbour."""
+    chinese = bool(CJK_CHAR.search(text))
+    pieces = [p for p in (_ZH_CLAUSE_BREAK if chinese else _EN_CLAUSE_BREAK).split(text) if p]
+    joined: list[str] = []
+    for piece in pieces:
+        if joined and len(_content_terms(joined[-1])) < _CLAUSE_TERMS:
+            joined[-1] = f"{joined[-1]} {piece}"
+        elif joined and len(_content_terms(piece)) < _CLAUSE_TERMS:
+            joined[-1] = f"{joined[-1]} {piece}"
+        else:
+            joined.append(piece)
+    capitalised = frozenset().union(*(fact.capitalised for fact in facts))
+    first_word = _EN_WORD.match(text.strip())
+    return [
+        _clause(piece, chinese, capitalised, first_word[0] if first_word else "")
+        for piece in joined or [text]
+    ]
+
+
+def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: str) -> _Clause:
+    universals = (_ZH_UNIVERSAL if chinese else _EN_UNIVERSAL).findall(text)
+    return _Clause(
+        text=text,
+        chinese=chinese,
+        terms=tuple(_content_terms(text)),
+        names=tuple(_zh_names(text) if chinese else _en_names(text, capitalised, first_word)),
+        nouns=tuple(_zh_nouns(text)) if chinese else (),
+        numbers=frozenset(_numbers(text)),
+        quantities=frozenset(_quantities(text, smaller=False)),
+        universals=tuple(word.lower() for word in universals),
+        polarity=_polarity(text),
+    )
+
+
+def _content_terms(text: str) -> list[Term]:
+    """The key terms that words can match: numbers are checked as numbers, negators and
+    "all" / "所有" by their own rules, and a lone Chinese character (时, 多) is too common to
+    tell anything."""
+    return [
+        term
+        for term in key_terms(text)
+        if not _NUMBER.fullmatch(term.key)
+        and not (term.chinese and len(term.key) == 1)
+        and not _negator(term.surface.lower(), term.chinese)
+        and not (_ZH_UNIVERSAL if term.chinese else _EN_UNIVERSAL).fullmatch(term.surface)
+    ]
+
+
+def _covers(window: _Window, term: Term) -> bool:
+    return term.key in window.lowered if term.chinese else term.key in window.stems
+
+
+# ---- names -------------------------------------------------------------------------------------
+
+
+def _en_names(text: str, capitalised: frozenset[str], first_word: str) -> list[str]:
+    """The words of an English clause that name something: written with a capital inside the
+    claim (Premium, HEPA, PostgreSQL), holding a digit (H13), or the claim's first word when
+    the facts too write it with a capital ("Premium plan customers …" against "Basic plan")."""
+    names = []
+    for match in _EN_WORD.finditer(text):
+        word = match[0]
+        if word == "I" or word.lower() in EN_STOP_WORDS:
+            continue
+        if not (word[0].isupper() or any(c.isdigit() for c in word)):
+            continue
+        if word == first_word and match.start() == len(text) - len(text.lstrip()):
+            if word not in capitalised:
+                continue  # capitalised only because it starts the sentence
+        if _NUMBER.fullmatch(word):
+            continue
+        names.append(word.lower())
+    return names
+
+
+def _zh_names(text: str) -> list[str]:
+    """Names in a Chinese clause as jieba tags them, and its Latin words (Windows, PoolTimeoutError)."""
+    return [
+        word.strip().lower()
+        for word, flag in parts_of_speech(text)
+        if word.strip() and flag in _ZH_NAME_FLAGS and not _NUMBER.fullmatch(word.strip())
+    ]
+
+
+def _zh_nouns(text: str) -> list[str]:
+    """Nouns of a Chinese clause: one the sentence lacks but another part of the facts holds is
+    a sibling entity (企业版 where the sentence speaks of 基础版)."""
+    return [
+        word
+        for word, flag in parts_of_speech(text)
+        if flag.startswith("n") and len(word) >= 2 and word not in ZH_FRAMING_NOUNS
+    ]
+
+
+def _holds_name(window: _Window, name: str) -> bool:
+    if CJK_CHAR.search(name):
+        return name in window.lowered
+    return re.search(rf"(?<![a-z0-9]){re.escape(name)}", window.lowered) is not None
+
+
+def _sibling_noun(window: _Window, noun: str, facts: Sequence[_Fact]) -> bool:
+    return noun not in window.lowered and any(noun in fact.lowered for fact in facts)
+
+
+def _holds_word(window: _Window, word: str, chinese: bool) -> bool:
+    if chinese:
+        return word in window.lowered
+    return re.search(rf"\b{re.escape(word)}\b", window.lowered) is not None
+
+
+# ---- numbers -----------------------------------------------------------------------------------
+
+
+def _numbers(text: str) -> list[str]:
+    """The numbers the text states, as digits: "1,000" is 1000, "six" and "六" are 6."""
+    return [n.replace(",", "") for n in _NUMBER.findall(_spelled_as_digits(text))]
+
+
+def _spelled_as_digits(text: str) -> str:
+    return _SPELLED.sub(lambda m: f" {_SPELLED_VALUES[m[0].lower()]} ", text)
+
+
+def _quantities(text: str, *, smaller: bool) -> list[tuple[str, str]]:
+    """(number, unit) pairs: the units among the words right after each number, so "600
+    requests per minute" is (600, minute) and "20 working days per calendar year" is
+    (20, day) and (20, year). `smaller`: also each in the next smaller unit (0.5 l = 500 ml)."""
+    text = _spelled_as_digits(text)
+    for pattern, unit in _AREA_WORDS:
+        text = pattern.sub(unit, text)
+    found: list[tuple[str, str]] = []
+    for match in _ZH_QUANTITY.finditer(text):
+        number = match[1].replace(",", "")
+        if match[2]:
+            found.append((number, _ZH_UNITS[match[2]]))
+    for match in _EN_QUANTITY.finditer(text):
+        number = match[1].replace(",", "")
+        following = re.findall(r"%|m²|ft²|[a-z]+", match[2].lower())
+        found += [(number, _EN_UNITS[word]) for word in following if word in _EN_UNITS]
+    if smaller:
+        found += [
+            (_scaled(number, _SMALLER_UNIT[unit][1]), _SMALLER_UNIT[unit][0])
+            for number, unit in found
+            if unit in _SMALLER_UNIT
+        ]
+    return found
+
+
+def _scaled(number: str, factor: int) -> str:
+    value = float(number) * factor
+    return str(int(value)) if value.is_integer() else str(value)
+
+
+def _unit_changed(
+    claimed: Iterable[tuple[str, str]], stated: frozenset[tuple[str, str]]
+) -> bool:
+    """A number the claim gives a unit that the sentence never gives it (per second where the
+    sentence says per minute, 分钟 where it says 秒)."""
+    return any(pair not in stated for pair in claimed)
+
+
+# ---- polarity ----------------------------------------------------------------------------------
+
+
+def _negator(word: str, chinese: bool) -> bool:
+    if chinese:
+        return word in _ZH_NEGATIVE_VERBS or bool(
+            _ZH_NEGATION.search(word) and len(word) <= 2 and word not in _ZH_NOT_NEGATION
+        )
+    return word in _EN_NEGATORS or word in _EN_NEGATIVE_VERBS or word.endswith("n't")
+
+
+@lru_cache(maxsize=1024)
+def _polarity(text: str) -> _Polarity:
+    """Which key terms the text denies: the next _NEGATION_SCOPE key terms after a negator in
+    its clause, and for a negative verb ("dropped", "移除") the ones before it too. Judging the
+    terms rather than the sentence lets "Without --strict, records are logged and skipped" and
+    "Without --strict, records are not skipped" differ, and 无理由退货 stay affirmative."""
+    chinese = bool(CJK_CHAR.search(text))
+    tokens = segment(text) if chinese else _EN_TOKEN.findall(text.lower())
+    denied: set[str] = set()
+    stated: set[str] = set()
+    clause: list[tuple[str, bool]] = []  # (key, denied) of the clause so far
+    scope = 0
+    for token in [*tokens, ","]:
+        word = token.strip().lower()
+        if not word:
+            continue
+        if word in _SCOPE_BREAK:
+            for key, is_denied in clause:
+                (denied if is_denied else stated).add(key)
+            clause, scope = [], 0
+            continue
+        if _negator(word, chinese):
+            scope = _NEGATION_SCOPE
+            if word in _EN_NEGATIVE_VERBS or word in _ZH_NEGATIVE_VERBS:
+                clause[-_NEGATION_SCOPE:] = [(key, True) for key, _ in clause[-_NEGATION_SCOPE:]]
+            continue
+        for term in _content_terms(token):
+            clause.append((term.key, scope > 0))
+            scope = max(scope - 1, 0)
+    return _Polarity(frozenset(denied), frozenset(stated))
+
+
+def _opposite(clause: _Clause, window: _Window) -> bool:
+    """Whether the sentence says the opposite: it only denies a term the clause states, or
+    only states one the clause denies ("unpaid" where it says "paid"); or the clause denies
+    something the sentence neither mentions nor denies anything of ("is not supported" against
+    "is available")."""
+    mine, theirs = clause.polarity, window.polarity
+    if any(_only_in(key, theirs.denied, theirs.stated, clause.chinese) for key in mine.stated):
+        return True
+    if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in mine.denied):
+        return True
+    if any(_antonym(term, window) for term in clause.terms):
+        return True
+    mentioned = theirs.denied | theirs.stated
+    return (
+        bool(mine.denied)
+        and not theirs.denied
+        and not any(_in_keys(key, mentioned, clause.chinese) for key in mine.denied)
+    )
+
+
+def _only_in(key: str, one: frozenset[str], other: frozenset[str], chinese: bool) -> bool:
+    return _in_keys(key, one, chinese) and not _in_keys(key, other, chinese)
+
+
+def _in_keys(key: str, keys: frozenset[str], chinese: bool) -> bool:
+    """Whether a key term is among the keys; a Chinese one may be segmented otherwise there
+    (结转 inside 结转到)."""
+    if not chinese:
+        return key in keys
+    return any(key in other or other in key for other in keys if len(other) >= 2)
+
+
+def _antonym(term: Term, window: _Window) -> bool:
+    """ "unpaid" where the sentence says "paid": the un- word is missing and its stem is there."""
+    word = term.surface.lower()
+    return (
+        not term.chinese
+        and word.startswith("un")
+        and len(word) > 5
+        and term.key not in window.stems
+        and stem(word[2:]) in window.stems
+    )
 
 
 def _flat(text: str) -> str:
