@@ -15,6 +15,7 @@ from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
 from orchestrator_service.models.local.support import ZH_FRAMING_NOUNS, parts_of_speech
 from orchestrator_service.models.local.text import (
     EN_STOP_WORDS,
+    ZH_STOP_WORDS,
     Term,
     evidence_stems,
     key_terms,
@@ -116,23 +117,24 @@ _ZH_QUANTITY = re.compile(
 
 #: Words that deny the next key terms of their clause ("does not affect the warranty").
 _EN_NEGATORS = frozenset(
-    "not no non never none nothing cannot neither nor without unless instead rather".split()
+    "not no non never none nothing cannot neither nor without unless".split()
 )
 #: Verbs that take away what they touch, before or after it ("Dropped support for Python 3.8",
 #: "support was removed", "移除对 Windows 7 的支持").
 _EN_NEGATIVE_VERBS = frozenset(
     "drop drops dropped remove removes removed deprecate deprecates deprecated discontinue "
-    "discontinues discontinued lack lacks lacked prohibit prohibits prohibited".split()
+    "discontinues discontinued lack lacks lacked prohibit prohibits prohibited suppress "
+    "suppresses suppressed".split()
 )
+#: "instead of X", "rather than X", "no longer": X is denied.
+_MULTIWORD_NEGATORS = re.compile(r"\b(?:instead of|rather than|no longer)\b")
 _ZH_NEGATIVE_VERBS = frozenset(["移除", "删除", "取消", "停止", "禁止", "缺少", "废弃"])
+_NEGATIVE_VERBS = _EN_NEGATIVE_VERBS | _ZH_NEGATIVE_VERBS
 _ZH_NEGATION = re.compile(r"[不没无未非勿别]")
 #: Words that start with a negation character without negating anything.
 _ZH_NOT_NEGATION = frozenset(
     "不同 不仅 不断 不过 不管 不少 无论 非常 未来 别的 别人 区别 分别 特别 类别 级别".split()
 )
-#: How many key terms after a negator it denies: one ("is not set, it defaults to 1" denies
-#: "set", not "default").
-_NEGATION_SCOPE = 1
 _EN_TOKEN = re.compile(r"[a-z0-9]+(?:[.'][a-z0-9]+)*|[,;:]")
 _SCOPE_BREAK = frozenset(",;:，；：、。")
 
@@ -168,7 +170,8 @@ class _Window:
     stems: frozenset[str]
     numbers: frozenset[str]
     quantities: frozenset[tuple[str, str]]
-    polarity: _Polarity
+    #: One per sentence: a pair's sentences may say a word each way.
+    polarities: tuple[_Polarity, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,14 +276,15 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
 def _fact(fact: str) -> _Fact:
     """Each sentence of the fact, and each pair of neighbours (a claim may join two)."""
     parts = [unwrap(sentence) for sentence in sentences(fact)] or [fact]
-    texts = parts + [f"{a} {b}" for a, b in zip(parts, parts[1:], strict=False)]
+    groups = [[part] for part in parts] + [[a, b] for a, b in zip(parts, parts[1:], strict=False)]
     capitalised = frozenset(
         word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
     )
-    return _Fact(tuple(_window(text) for text in texts), capitalised, fact.lower())
+    return _Fact(tuple(_window(group) for group in groups), capitalised, fact.lower())
 
 
-def _window(text: str) -> _Window:
+def _window(group: list[str]) -> _Window:
+    text = " ".join(group)
     lowered = text.lower()
     return _Window(
         _flat(text),
@@ -288,7 +292,7 @@ def _window(text: str) -> _Window:
         evidence_stems(lowered),
         frozenset(_numbers(text)) | frozenset(n for n, _ in _quantities(text, smaller=True)),
         frozenset(_quantities(text, smaller=True)),
-        _polarity(text),
+        tuple(_polarity(part) for part in group),
     )
 
 
@@ -466,54 +470,71 @@ def _negator(word: str, chinese: bool) -> bool:
 
 @lru_cache(maxsize=1024)
 def _polarity(text: str) -> _Polarity:
-    """Which key terms the text denies: the next _NEGATION_SCOPE key terms after a negator in
-    its clause, and for a negative verb ("dropped", "移除") the ones before it too. Judging the
-    terms rather than the sentence lets "Without --strict, records are logged and skipped" and
-    "Without --strict, records are not skipped" differ, and 无理由退货 stay affirmative."""
+    """Which key terms the text denies: the head of each negation, the word right after the
+    negator in its clause ("not per IP address": ip), for a negative verb ("support was
+    removed") the one before when none follows, and in Chinese the noun of "对 … 的 X"
+    ("移除对 Windows 7 的支持": 支持). Judging the words rather than the sentence lets
+    "Without --strict, records are logged and skipped" and "Without --strict, records are not
+    skipped" differ, and keeps 无理由退货 from making every sentence around it negative."""
     chinese = bool(CJK_CHAR.search(text))
-    tokens = segment(text) if chinese else _EN_TOKEN.findall(text.lower())
+    lowered = _MULTIWORD_NEGATORS.sub(" not ", text.lower())
+    tokens = segment(lowered) if chinese else _EN_TOKEN.findall(lowered)
     denied: set[str] = set()
     stated: set[str] = set()
-    clause: list[tuple[str, bool]] = []  # (key, denied) of the clause so far
-    scope = 0
+    pending = ""  # the negator waiting for its head
+    before: list[str] = []  # key terms of the clause so far (a negative verb's object)
     for token in [*tokens, ","]:
-        word = token.strip().lower()
+        word = token.strip()
         if not word:
             continue
         if word in _SCOPE_BREAK:
-            for key, is_denied in clause:
-                (denied if is_denied else stated).add(key)
-            clause, scope = [], 0
+            if pending in _NEGATIVE_VERBS and before:
+                denied.add(before[-1])
+            pending, before = "", []
             continue
         if _negator(word, chinese):
-            scope = _NEGATION_SCOPE
-            if word in _EN_NEGATIVE_VERBS or word in _ZH_NEGATIVE_VERBS:
-                clause[-_NEGATION_SCOPE:] = [(key, True) for key, _ in clause[-_NEGATION_SCOPE:]]
+            pending = word
             continue
-        for term in _content_terms(token):
-            clause.append((term.key, scope > 0))
-            scope = max(scope - 1, 0)
+        if chinese and pending and word == "对":
+            pending = "对"  # 移除对 X 的 Y: the head is Y
+            continue
+        if pending == "对" and word != "的":
+            continue
+        if pending == "对":
+            pending = "的"
+            continue
+        keys = [term.key for term in _content_terms(word)]
+        if pending and (keys or _consumes_scope(word, chinese)):
+            denied.update(keys)
+            pending = ""
+        else:
+            stated.update(keys)
+        before += keys
     return _Polarity(frozenset(denied), frozenset(stated))
+
+
+def _consumes_scope(word: str, chinese: bool) -> bool:
+    """A word that is not a key term but still takes a negator's place (未休年假: 年, 假)."""
+    return chinese and bool(CJK_CHAR.search(word)) and word not in ZH_STOP_WORDS
 
 
 def _opposite(clause: _Clause, window: _Window) -> bool:
     """Whether the sentence says the opposite: it only denies a term the clause states, or
     only states one the clause denies ("unpaid" where it says "paid"); or the clause denies
     something the sentence neither mentions nor denies anything of ("is not supported" against
-    "is available")."""
-    mine, theirs = clause.polarity, window.polarity
-    if any(_only_in(key, theirs.denied, theirs.stated, clause.chinese) for key in mine.stated):
-        return True
-    if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in mine.denied):
-        return True
+    "is available"). Each sentence of a pair is judged alone."""
+    mine = clause.polarity
     if any(_antonym(term, window) for term in clause.terms):
         return True
-    mentioned = theirs.denied | theirs.stated
-    return (
-        bool(mine.denied)
-        and not theirs.denied
-        and not any(_in_keys(key, mentioned, clause.chinese) for key in mine.denied)
-    )
+    for theirs in window.polarities:
+        if any(_only_in(key, theirs.denied, theirs.stated, clause.chinese) for key in mine.stated):
+            return True
+        if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in mine.denied):
+            return True
+    if not mine.denied or any(theirs.denied for theirs in window.polarities):
+        return False
+    mentioned = frozenset().union(*(p.denied | p.stated for p in window.polarities))
+    return not any(_in_keys(key, mentioned, clause.chinese) for key in mine.denied)
 
 
 def _only_in(key: str, one: frozenset[str], other: frozenset[str], chinese: bool) -> bool:
