@@ -39,6 +39,7 @@ _NO_CLAIM = re.compile(
     r"你好|您好|好的[，,。！!]?$|(?:好的[，,]?\s*)?以下是|希望(?:这|以上|对)|如有其他问题)",
     re.IGNORECASE,
 )
+_SENTENCE_END = re.compile(r"[.。!！?？；;]\s*$")
 #: A lead-in ("Here is a short summary of the documentation:") introduces, it states nothing.
 _LEAD_IN = re.compile(r"[:：]\s*$")
 
@@ -54,6 +55,8 @@ _ZH_CLAUSE_BREAK = re.compile(r"\s*[，,；;：:]\s*(?:并且|而且|并|且|同
 #: A clause needs this many key terms to stand alone; a shorter one ("On the Basic plan")
 #: joins its neighbour.
 _CLAUSE_TERMS = 2
+#: A clause missing this many key terms adds something: it is judged on its own share.
+_ADDED_TERMS = 2
 
 # ---- numbers and units -------------------------------------------------------------------------
 
@@ -147,6 +150,9 @@ _EN_UNIVERSAL = re.compile(
     re.IGNORECASE,
 )
 _ZH_UNIVERSAL = re.compile(r"所有|任何|全部|一切|总是|始终|永远|一律")
+#: Words that frame when a statement holds ("从 v2.4.0 开始", "starting with 3.2.0"): the
+#: version or date is the claim, checked as a number.
+_FRAMING = re.compile(r"开始|起|starting|beginning", re.IGNORECASE)
 #: A word that names something in English: "Premium", "HEPA", "PostgreSQL", "H13".
 _EN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_.][A-Za-z0-9]+)*")
 #: jieba's part-of-speech tags of names: place, person, organisation, other proper noun, Latin.
@@ -170,7 +176,8 @@ class _Window:
     stems: frozenset[str]
     numbers: frozenset[str]
     quantities: frozenset[tuple[str, str]]
-    #: One per sentence: a pair's sentences may say a word each way.
+    #: One per sentence, or part of one between semicolons: each may say a word either way
+    #: ("Dropped support for Python 3.8; the minimum supported version is now 3.9").
     polarities: tuple[_Polarity, ...]
 
 
@@ -179,7 +186,7 @@ class _Fact:
     windows: tuple[_Window, ...]
     #: Its words written with a capital: a claim's first word is a name if the fact writes it so.
     capitalised: frozenset[str]
-    #: Its Chinese nouns, for the sibling check (企业版 where the fact says 基础版).
+    #: Its words, for the sibling check (企业版 where the sentence says 基础版).
     lowered: str
 
 
@@ -191,7 +198,6 @@ class _Clause:
     chinese: bool
     terms: tuple[Term, ...]
     names: tuple[str, ...]
-    nouns: tuple[str, ...]
     numbers: frozenset[str]
     quantities: frozenset[tuple[str, str]]
     universals: tuple[str, ...]
@@ -230,25 +236,45 @@ def _verdict(
 def claim_score(
     text: str, clauses: Sequence[_Clause], fact: _Fact, facts: Sequence[_Fact]
 ) -> float:
-    """How well one fact supports the claim: 1 when a sentence holds it verbatim; else its
-    weakest clause's score, each clause against the fact's sentence that suits it best."""
+    """How well one fact supports the claim: 1 when a sentence holds it verbatim. Else each
+    clause is matched with the fact's sentence that suits it best, and the score is the share
+    of all the clauses' key terms those sentences hold; a clause that lacks `_ADDED_TERMS` or
+    more is judged alone (an added "and also …" the fact does not say), and a contradicted
+    clause sinks the claim."""
     flat = _flat(text)
     if flat and any(flat in window.flat for window in fact.windows):
         return 1.0
-    return min(
-        max(clause_score(clause, window, facts) for window in fact.windows) for clause in clauses
-    )
-
-
-def clause_score(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> float:
-    """The share of the clause's key terms the sentence holds; at most CONTRADICTED_SCORE when
-    the sentence says something else (`_contradiction`)."""
-    if _contradiction(clause, window, facts):
+    matches = [max(_match(clause, window, facts) for window in fact.windows) for clause in clauses]
+    if any(match.contradicted for match in matches):
         return CONTRADICTED_SCORE
-    if not clause.terms:
+    terms = sum(match.terms for match in matches)
+    if not terms:
         return 1.0
-    missing = [term for term in clause.terms if not _covers(window, term)]
-    return 1.0 - len(missing) / len(clause.terms)
+    shares = [match.share for match in matches if match.missing >= _ADDED_TERMS]
+    return min([1.0 - sum(match.missing for match in matches) / terms, *shares])
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Match:
+    """How one sentence matches one clause, ordered best last."""
+
+    supported: bool
+    share: float
+    missing: int
+    terms: int
+
+    @property
+    def contradicted(self) -> bool:
+        return not self.supported
+
+
+def _match(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> _Match:
+    """The share of the clause's key terms the sentence holds, unless the sentence says
+    something else (`_contradiction`)."""
+    missing = sum(1 for term in clause.terms if not _covers(window, term))
+    terms = len(clause.terms)
+    share = 1.0 - missing / terms if terms else 1.0
+    return _Match(_contradiction(clause, window, facts) is None, share, missing, terms)
 
 
 def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> str | None:
@@ -256,7 +282,7 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
     unsupported claim: another entity, another number or unit, a wider scope, the opposite."""
     if any(not _holds_name(window, name) for name in clause.names):
         return "name"
-    if any(_sibling_noun(window, noun, facts) for noun in clause.nouns):
+    if any(_sibling(window, term, facts) for term in clause.terms):
         return "sibling"
     if not clause.numbers <= window.numbers:
         return "number"
@@ -274,9 +300,16 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
 
 @lru_cache(maxsize=256)
 def _fact(fact: str) -> _Fact:
-    """Each sentence of the fact, and each pair of neighbours (a claim may join two)."""
+    """Each sentence of the fact, and each pair of neighbours (a claim may join two); a
+    heading ("v2.4.0（2025年6月10日发布）", "GREP(1) - OPTIONS") goes with every sentence under
+    it, as it names what they are about."""
     parts = [unwrap(sentence) for sentence in sentences(fact)] or [fact]
-    groups = [[part] for part in parts] + [[a, b] for a, b in zip(parts, parts[1:], strict=False)]
+    heading: list[str] = []
+    if len(parts) > 1 and not _SENTENCE_END.search(parts[0]):
+        heading, parts = parts[:1], parts[1:]
+    groups = [[*heading, part] for part in parts] + [
+        [*heading, a, b] for a, b in zip(parts, parts[1:], strict=False)
+    ]
     capitalised = frozenset(
         word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
     )
@@ -292,7 +325,7 @@ def _window(group: list[str]) -> _Window:
         evidence_stems(lowered),
         frozenset(_numbers(text)) | frozenset(n for n, _ in _quantities(text, smaller=True)),
         frozenset(_quantities(text, smaller=True)),
-        tuple(_polarity(part) for part in group),
+        tuple(_polarity(piece) for part in group for piece in re.split(r"[;；]", part)),
     )
 
 
@@ -323,7 +356,6 @@ def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: s
         chinese=chinese,
         terms=tuple(_content_terms(text)),
         names=tuple(_zh_names(text) if chinese else _en_names(text, capitalised, first_word)),
-        nouns=tuple(_zh_nouns(text)) if chinese else (),
         numbers=frozenset(_numbers(text)),
         quantities=frozenset(_quantities(text, smaller=False)),
         universals=tuple(word.lower() for word in universals),
@@ -338,8 +370,9 @@ def _content_terms(text: str) -> list[Term]:
     return [
         term
         for term in key_terms(text)
-        if not _NUMBER.fullmatch(term.key)
+        if not any(char.isdigit() for char in term.key)
         and not (term.chinese and len(term.key) == 1)
+        and not _FRAMING.fullmatch(term.surface)
         and not _negator(term.surface.lower(), term.chinese)
         and not (_ZH_UNIVERSAL if term.chinese else _EN_UNIVERSAL).fullmatch(term.surface)
     ]
@@ -381,24 +414,19 @@ def _zh_names(text: str) -> list[str]:
     ]
 
 
-def _zh_nouns(text: str) -> list[str]:
-    """Nouns of a Chinese clause: one the sentence lacks but another part of the facts holds is
-    a sibling entity (企业版 where the sentence speaks of 基础版)."""
-    return [
-        word
-        for word, flag in parts_of_speech(text)
-        if flag.startswith("n") and len(word) >= 2 and word not in ZH_FRAMING_NOUNS
-    ]
-
-
 def _holds_name(window: _Window, name: str) -> bool:
     if CJK_CHAR.search(name):
         return name in window.lowered
     return re.search(rf"(?<![a-z0-9]){re.escape(name)}", window.lowered) is not None
 
 
-def _sibling_noun(window: _Window, noun: str, facts: Sequence[_Fact]) -> bool:
-    return noun not in window.lowered and any(noun in fact.lowered for fact in facts)
+def _sibling(window: _Window, term: Term, facts: Sequence[_Fact]) -> bool:
+    """A key term the sentence lacks but another sentence of the facts holds: the claim
+    moved it from where the facts say it (the Premium plan's response time is the Basic
+    plan's, 定制类商品 take the 无理由退货 of other goods)."""
+    if not term.chinese or _covers(window, term):
+        return False  # English names are `_en_names`; its other words recur too freely
+    return any(term.key in fact.lowered for fact in facts)
 
 
 def _holds_word(window: _Window, word: str, chinese: bool) -> bool:
@@ -522,7 +550,7 @@ def _opposite(clause: _Clause, window: _Window) -> bool:
     """Whether the sentence says the opposite: it only denies a term the clause states, or
     only states one the clause denies ("unpaid" where it says "paid"); or the clause denies
     something the sentence neither mentions nor denies anything of ("is not supported" against
-    "is available"). Each sentence of a pair is judged alone."""
+    "is available"). Each sentence, and each part between semicolons, is judged alone."""
     mine = clause.polarity
     if any(_antonym(term, window) for term in clause.terms):
         return True
