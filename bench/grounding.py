@@ -72,7 +72,8 @@ def report(rows: list[dict[str, Any]], predicted: list[str], per_claim: float) -
     for row, label, hit in zip(rows, predicted, hits, strict=True):
         if not hit:
             print(
-                f"  miss {row['id']} [{row['kind']}] labelled {row['label']}, judged {label}: {row['claim']}"
+                f"  miss {row['id']} [{row['kind']}] labelled {row['label']}, judged {label}:",
+                row["claim"],
             )
     return accuracy
 

@@ -9,10 +9,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 from orchestrator_service.answer import sentences, unwrap
 from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
-from orchestrator_service.models.local.support import ZH_FRAMING_NOUNS, parts_of_speech
+from orchestrator_service.models.local.support import parts_of_speech
 from orchestrator_service.models.local.text import (
     EN_STOP_WORDS,
     ZH_STOP_WORDS,
@@ -20,6 +21,7 @@ from orchestrator_service.models.local.text import (
     evidence_stems,
     key_terms,
     segment,
+    words,
 )
 from shared.lang import CJK_CHAR
 from shared.lexical import stem
@@ -66,7 +68,21 @@ _SPELLED_VALUES = (
     {
         word: str(value)
         for value, word in enumerate(
-            "zero one two three four five six seven eight nine ten eleven twelve".split()
+            [
+                "zero",
+                "one",
+                "two",
+                "three",
+                "four",
+                "five",
+                "six",
+                "seven",
+                "eight",
+                "nine",
+                "ten",
+                "eleven",
+                "twelve",
+            ]
         )
     }
     | {"twenty": "20", "thirty": "30", "fifty": "50", "hundred": "100", "两": "2"}
@@ -119,15 +135,13 @@ _ZH_QUANTITY = re.compile(
 # ---- polarity ----------------------------------------------------------------------------------
 
 #: Words that deny the next key terms of their clause ("does not affect the warranty").
-_EN_NEGATORS = frozenset(
-    "not no non never none nothing cannot neither nor without unless".split()
-)
+_EN_NEGATORS = words("not no non never none nothing cannot neither nor without unless")
 #: Verbs that take away what they touch, before or after it ("Dropped support for Python 3.8",
 #: "support was removed", "移除对 Windows 7 的支持").
-_EN_NEGATIVE_VERBS = frozenset(
+_EN_NEGATIVE_VERBS = words(
     "drop drops dropped remove removes removed deprecate deprecates deprecated discontinue "
     "discontinues discontinued lack lacks lacked prohibit prohibits prohibited suppress "
-    "suppresses suppressed".split()
+    "suppresses suppressed"
 )
 #: "instead of X", "rather than X", "no longer": X is denied.
 _MULTIWORD_NEGATORS = re.compile(r"\b(?:instead of|rather than|no longer)\b")
@@ -135,8 +149,8 @@ _ZH_NEGATIVE_VERBS = frozenset(["移除", "删除", "取消", "停止", "禁止"
 _NEGATIVE_VERBS = _EN_NEGATIVE_VERBS | _ZH_NEGATIVE_VERBS
 _ZH_NEGATION = re.compile(r"[不没无未非勿别]")
 #: Words that start with a negation character without negating anything.
-_ZH_NOT_NEGATION = frozenset(
-    "不同 不仅 不断 不过 不管 不少 无论 非常 未来 别的 别人 区别 分别 特别 类别 级别".split()
+_ZH_NOT_NEGATION = words(
+    "不同 不仅 不断 不过 不管 不少 无论 非常 未来 别的 别人 区别 分别 特别 类别 级别"
 )
 _EN_TOKEN = re.compile(r"[a-z0-9]+(?:[.'][a-z0-9]+)*|[,;:]")
 _SCOPE_BREAK = frozenset(",;:，；：、。")
@@ -307,9 +321,7 @@ def _fact(fact: str) -> _Fact:
     heading: list[str] = []
     if len(parts) > 1 and not _SENTENCE_END.search(parts[0]):
         heading, parts = parts[:1], parts[1:]
-    groups = [[*heading, part] for part in parts] + [
-        [*heading, a, b] for a, b in zip(parts, parts[1:], strict=False)
-    ]
+    groups = [[*heading, part] for part in parts] + [[*heading, a, b] for a, b in pairwise(parts)]
     capitalised = frozenset(
         word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
     )
@@ -335,9 +347,10 @@ def _clauses(text: str, facts: Sequence[_Fact]) -> list[_Clause]:
     pieces = [p for p in (_ZH_CLAUSE_BREAK if chinese else _EN_CLAUSE_BREAK).split(text) if p]
     joined: list[str] = []
     for piece in pieces:
-        if joined and len(_content_terms(joined[-1])) < _CLAUSE_TERMS:
-            joined[-1] = f"{joined[-1]} {piece}"
-        elif joined and len(_content_terms(piece)) < _CLAUSE_TERMS:
+        if (
+            joined
+            and min(len(_content_terms(joined[-1])), len(_content_terms(piece))) < _CLAUSE_TERMS
+        ):
             joined[-1] = f"{joined[-1]} {piece}"
         else:
             joined.append(piece)
@@ -396,9 +409,9 @@ def _en_names(text: str, capitalised: frozenset[str], first_word: str) -> list[s
             continue
         if not (word[0].isupper() or any(c.isdigit() for c in word)):
             continue
-        if word == first_word and match.start() == len(text) - len(text.lstrip()):
-            if word not in capitalised:
-                continue  # capitalised only because it starts the sentence
+        starts = word == first_word and match.start() == len(text) - len(text.lstrip())
+        if starts and word not in capitalised:
+            continue  # capitalised only because it starts the sentence
         if _NUMBER.fullmatch(word):
             continue
         names.append(word.lower())
@@ -406,7 +419,7 @@ def _en_names(text: str, capitalised: frozenset[str], first_word: str) -> list[s
 
 
 def _zh_names(text: str) -> list[str]:
-    """Names in a Chinese clause as jieba tags them, and its Latin words (Windows, PoolTimeoutError)."""
+    """Names in a Chinese clause as jieba tags them, and its Latin words (Windows)."""
     return [
         word.strip().lower()
         for word, flag in parts_of_speech(text)
@@ -477,9 +490,7 @@ def _scaled(number: str, factor: int) -> str:
     return str(int(value)) if value.is_integer() else str(value)
 
 
-def _unit_changed(
-    claimed: Iterable[tuple[str, str]], stated: frozenset[tuple[str, str]]
-) -> bool:
+def _unit_changed(claimed: Iterable[tuple[str, str]], stated: frozenset[tuple[str, str]]) -> bool:
     """A number the claim gives a unit that the sentence never gives it (per second where the
     sentence says per minute, 分钟 where it says 秒)."""
     return any(pair not in stated for pair in claimed)
