@@ -59,6 +59,8 @@ _ZH_CLAUSE_BREAK = re.compile(r"\s*[，,；;：:]\s*(?:并且|而且|并|且|同
 _CLAUSE_TERMS = 2
 #: A clause missing this many key terms adds something: it is judged on its own share.
 _ADDED_TERMS = 2
+#: The weight of a clause's last key term (`_weights`).
+_END_WEIGHT = 2
 
 # ---- numbers and units -------------------------------------------------------------------------
 
@@ -264,7 +266,7 @@ def claim_score(
     terms = sum(match.terms for match in matches)
     if not terms:
         return 1.0
-    shares = [match.share for match in matches if match.missing >= _ADDED_TERMS]
+    shares = [match.share for match in matches if match.lacking >= _ADDED_TERMS]
     return min([1.0 - sum(match.missing for match in matches) / terms, *shares])
 
 
@@ -274,8 +276,11 @@ class _Match:
 
     supported: bool
     share: float
-    missing: int
-    terms: int
+    #: Weighted (`_weights`), as the share.
+    missing: float
+    terms: float
+    #: How many key terms it lacks.
+    lacking: int
 
     @property
     def contradicted(self) -> bool:
@@ -285,10 +290,20 @@ class _Match:
 def _match(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> _Match:
     """The share of the clause's key terms the sentence holds, unless the sentence says
     something else (`_contradiction`)."""
-    missing = sum(1 for term in clause.terms if not _covers(window, term))
-    terms = len(clause.terms)
-    share = 1.0 - missing / terms if terms else 1.0
-    return _Match(_contradiction(clause, window, facts) is None, share, missing, terms)
+    weights = _weights(clause.terms)
+    lacking = [
+        w for term, w in zip(clause.terms, weights, strict=True) if not _covers(window, term)
+    ]
+    terms = sum(weights)
+    share = 1.0 - sum(lacking) / terms if terms else 1.0
+    supported = _contradiction(clause, window, facts) is None
+    return _Match(supported, share, sum(lacking), terms, len(lacking))
+
+
+def _weights(terms: Sequence[Term]) -> list[int]:
+    """How much each key term counts: the clause's last one twice, as a clause ends on what it
+    brings ("… approval from the finance director", "… reach support by phone")."""
+    return [1] * (len(terms) - 1) + [_END_WEIGHT] if terms else []
 
 
 def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> str | None:
