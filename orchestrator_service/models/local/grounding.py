@@ -130,6 +130,16 @@ _AREA_WORDS = (
 #: A number and the words after it where its unit is written: "600 requests per minute",
 #: "20 working days per calendar year", "300 秒", "150分钟".
 _EN_QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)\s*((?:%|m²|ft²)?(?:\s*[\w'-]+){0,4})")
+#: A number and the unit right after it, whose words are judged as a quantity, not as terms
+#: (1.5升 and 1500毫升 are one quantity).
+_NUMBER_UNIT = re.compile(
+    r"(\d+(?:[.,]\d+)*)\s*(?:"
+    + "|".join(sorted(_ZH_UNITS, key=len, reverse=True))
+    + r"|(?:"
+    + "|".join(sorted((u for u in _EN_UNITS if u.isalpha()), key=len, reverse=True))
+    + r")\b)",
+    re.IGNORECASE,
+)
 _ZH_QUANTITY = re.compile(
     r"(\d+(?:[.,]\d+)*)\s*(" + "|".join(sorted(_ZH_UNITS, key=len, reverse=True)) + ")?"
 )
@@ -187,6 +197,7 @@ class _Polarity:
 class _Window:
     """One sentence of a fact, or two side by side, prepared for matching."""
 
+    text: str
     flat: str
     lowered: str
     stems: frozenset[str]
@@ -347,6 +358,7 @@ def _window(group: list[str]) -> _Window:
     text = " ".join(group)
     lowered = text.lower()
     return _Window(
+        text,
         _flat(text),
         lowered,
         evidence_stems(lowered),
@@ -391,19 +403,21 @@ def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: s
     )
 
 
-def _content_terms(text: str) -> list[Term]:
-    """The key terms that words can match: numbers are checked as numbers, negators and
+@lru_cache(maxsize=4096)
+def _content_terms(text: str) -> tuple[Term, ...]:
+    """The key terms that words can match: numbers and their units are checked as
+    quantities, negators and
     "all" / "所有" by their own rules, and a lone Chinese character (时, 多) is too common to
     tell anything."""
-    return [
+    return tuple(
         term
-        for term in key_terms(text)
+        for term in key_terms(_NUMBER_UNIT.sub(r"\1", text))
         if not any(char.isdigit() for char in term.key)
         and not (term.chinese and len(term.key) == 1)
         and not _FRAMING.fullmatch(term.surface)
         and not _negator(term.surface.lower(), term.chinese)
         and not (_ZH_UNIVERSAL if term.chinese else _EN_UNIVERSAL).fullmatch(term.surface)
-    ]
+    )
 
 
 def _covers(window: _Window, term: Term) -> bool:
@@ -429,7 +443,9 @@ def _en_names(text: str, capitalised: frozenset[str], first_word: str) -> list[s
             continue  # capitalised only because it starts the sentence
         if _NUMBER.fullmatch(word):
             continue
-        names.append(word.lower())
+        # As the facts write it when they write it with a capital ("Business plan" is not the
+        # "business days" of the Starter plan); else in any case.
+        names.append(word if word in capitalised else word.lower())
     return names
 
 
@@ -443,9 +459,10 @@ def _zh_names(text: str) -> list[str]:
 
 
 def _holds_name(window: _Window, name: str) -> bool:
-    if CJK_CHAR.search(name):
-        return name in window.lowered
-    return re.search(rf"(?<![a-z0-9]){re.escape(name)}", window.lowered) is not None
+    """Whether the sentence names it: with the capital when the name has one (`_en_names`)."""
+    if name.islower() or CJK_CHAR.search(name):
+        return re.search(rf"(?<![a-z0-9]){re.escape(name)}", window.lowered) is not None
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}", window.text) is not None
 
 
 def _sibling(window: _Window, term: Term, facts: Sequence[_Fact]) -> bool:
