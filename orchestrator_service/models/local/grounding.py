@@ -176,6 +176,9 @@ _EN_UNIVERSAL = re.compile(
     re.IGNORECASE,
 )
 _ZH_UNIVERSAL = re.compile(r"所有|任何|全部|一切|总是|始终|永远|一律")
+#: By language (is it Chinese?): one universal word answers another ("always requires" and
+#: "is mandatory for all").
+_UNIVERSAL_IN = {False: _EN_UNIVERSAL, True: _ZH_UNIVERSAL}
 #: Words that frame when a statement holds ("从 v2.4.0 开始", "starting with 3.2.0"): the
 #: version or date is the claim, checked as a number.
 _FRAMING = re.compile(r"开始|起|starting|beginning", re.IGNORECASE)
@@ -191,6 +194,8 @@ class _Polarity:
 
     denied: frozenset[str]
     stated: frozenset[str]
+    #: Its numbers, which tell which sentence a clause speaks of (`_closest`).
+    numbers: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +234,8 @@ class _Clause:
     quantities: frozenset[tuple[str, str]]
     universals: tuple[str, ...]
     polarity: _Polarity
+    #: Chinese nouns and verbs, which the sibling check judges (`_sibling`).
+    siblings: tuple[Term, ...]
 
 
 def check(
@@ -322,13 +329,13 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
     unsupported claim: another entity, another number or unit, a wider scope, the opposite."""
     if any(not _holds_name(window, name) for name in clause.names):
         return "name"
-    if any(_sibling(window, term, facts) for term in clause.terms):
+    if any(_sibling(window, term, facts) for term in clause.siblings):
         return "sibling"
     if not clause.numbers <= window.numbers:
         return "number"
     if _unit_changed(clause.quantities, window.quantities):
         return "unit"
-    if any(not _holds_word(window, word, clause.chinese) for word in clause.universals):
+    if clause.universals and not _UNIVERSAL_IN[clause.chinese].search(window.text):
         return "scope"
     if _opposite(clause, window):
         return "polarity"
@@ -400,6 +407,7 @@ def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: s
         quantities=frozenset(_quantities(text, smaller=False)),
         universals=tuple(word.lower() for word in universals),
         polarity=_polarity(text),
+        siblings=_zh_content_words(text) if chinese else (),
     )
 
 
@@ -441,8 +449,8 @@ def _en_names(text: str, capitalised: frozenset[str], first_word: str) -> list[s
         starts = word == first_word and match.start() == len(text) - len(text.lstrip())
         if starts and word not in capitalised:
             continue  # capitalised only because it starts the sentence
-        if _NUMBER.fullmatch(word):
-            continue
+        if _NUMBER.fullmatch(word) or word.lower() in _EN_UNITS:
+            continue  # units are judged with their numbers
         # As the facts write it when they write it with a capital ("Business plan" is not the
         # "business days" of the Starter plan); else in any case.
         names.append(word if word in capitalised else word.lower())
@@ -454,8 +462,17 @@ def _zh_names(text: str) -> list[str]:
     return [
         word.strip().lower()
         for word, flag in parts_of_speech(text)
-        if word.strip() and flag in _ZH_NAME_FLAGS and not _NUMBER.fullmatch(word.strip())
+        if word.strip()
+        and flag in _ZH_NAME_FLAGS
+        and not _NUMBER.fullmatch(word.strip())
+        and word.strip().lower() not in _EN_UNITS
     ]
+
+
+def _zh_content_words(text: str) -> tuple[Term, ...]:
+    """The clause's key terms jieba tags as nouns or verbs: 最多 or 已 recur anywhere."""
+    tagged = dict(parts_of_speech(text))
+    return tuple(term for term in _content_terms(text) if tagged.get(term.surface, "n")[0] in "nv")
 
 
 def _holds_name(window: _Window, name: str) -> bool:
@@ -581,7 +598,7 @@ def _polarity(text: str) -> _Polarity:
         else:
             stated.update(keys)
         before += keys
-    return _Polarity(frozenset(denied), frozenset(stated))
+    return _Polarity(frozenset(denied), frozenset(stated), frozenset(_numbers(text)))
 
 
 def _consumes_scope(word: str, chinese: bool) -> bool:
@@ -597,7 +614,7 @@ def _opposite(clause: _Clause, window: _Window) -> bool:
     mine = clause.polarity
     if any(_antonym(term, window) for term in clause.terms):
         return True
-    for theirs in window.polarities:
+    for theirs in _closest(clause, window.polarities):
         if any(_only_in(key, theirs.denied, theirs.stated, clause.chinese) for key in mine.stated):
             return True
         if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in mine.denied):
@@ -606,6 +623,19 @@ def _opposite(clause: _Clause, window: _Window) -> bool:
         return False
     mentioned = frozenset().union(*(p.denied | p.stated for p in window.polarities))
     return not any(_in_keys(key, mentioned, clause.chinese) for key in mine.denied)
+
+
+def _closest(clause: _Clause, pieces: Sequence[_Polarity]) -> list[_Polarity]:
+    """The sentences (or parts between semicolons) holding the most of the clause's key terms:
+    the ones that speak of what it says ("Dropped support for Python 3.8" does not gainsay
+    "the minimum supported version is Python 3.9")."""
+    keys = [term.key for term in clause.terms]
+    held = [
+        sum(_in_keys(key, p.denied | p.stated, clause.chinese) for key in keys)
+        + len(clause.numbers & p.numbers)
+        for p in pieces
+    ]
+    return [piece for piece, count in zip(pieces, held, strict=True) if count == max(held)]
 
 
 def _only_in(key: str, one: frozenset[str], other: frozenset[str], chinese: bool) -> bool:
