@@ -254,16 +254,36 @@ def _verdict(
         return ClaimVerdict(claim_index=index, grounding_check_required=False, score=0.0)
     allowed = [f for f in (claim.cited or range(len(facts))) if 0 <= f < len(facts)]
     clauses = _clauses(text, facts)
-    scored = sorted(
-        ((claim_score(text, clauses, facts[f], facts), f) for f in allowed),
-        key=lambda pair: -pair[0],
-    )
+    if _contradicted_where_said(text, clauses, [facts[f] for f in allowed], facts):
+        scored = [(CONTRADICTED_SCORE, f) for f in allowed]
+    else:
+        scored = sorted(
+            ((claim_score(text, clauses, facts[f], facts), f) for f in allowed),
+            key=lambda pair: -pair[0],
+        )
     best = scored[0][0] if scored else 0.0
     return ClaimVerdict(
         claim_index=index,
         grounding_check_required=True,
         score=round(best, 4),
         citation_indices=[f for score, f in scored if score >= threshold],
+    )
+
+
+def _contradicted_where_said(
+    text: str, clauses: Sequence[_Clause], allowed: Sequence[_Fact], facts: Sequence[_Fact]
+) -> bool:
+    """Whether a clause is contradicted by the sentence, of all the facts it may rest on, that
+    holds the most of it: "tidepool exits with status 0 on the first malformed record" speaks
+    of the fact on malformed records (status 2), not of the one that exits with status 0."""
+    flat = _flat(text)
+    if flat and any(flat in window.flat for fact in allowed for window in fact.windows):
+        return False
+    return any(
+        max(
+            _match(clause, window, facts) for fact in allowed for window in fact.windows
+        ).contradicted
+        for clause in clauses
     )
 
 
@@ -290,10 +310,14 @@ def claim_score(
 
 @dataclass(frozen=True, slots=True, order=True)
 class _Match:
-    """How one sentence matches one clause, ordered best last."""
+    """How one sentence matches one clause, ordered best last: by the share of the clause's
+    terms it holds, then supported before contradicted. The sentence holding the most of the
+    clause is the one the clause speaks of, so its contradiction stands even where a sentence
+    that holds less would not object (定制类商品支持无理由退货 speaks of the sentence that says
+    定制类商品不支持无理由退货, not of another that only says 可申请无理由退货)."""
 
-    supported: bool
     share: float
+    supported: bool
     #: Weighted (`_weights`), as the share.
     missing: float
     terms: float
@@ -315,7 +339,7 @@ def _match(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> _Match:
     terms = sum(weights)
     share = 1.0 - sum(lacking) / terms if terms else 1.0
     supported = _contradiction(clause, window, facts) is None
-    return _Match(supported, share, sum(lacking), terms, len(lacking))
+    return _Match(share, supported, sum(lacking), terms, len(lacking))
 
 
 def _weights(terms: Sequence[Term]) -> list[int]:
