@@ -6,7 +6,7 @@ it states, and says it with the same polarity. Pure, words only."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -675,15 +675,53 @@ def _in_keys(key: str, keys: frozenset[str], chinese: bool) -> bool:
 
 
 def _antonym(term: Term, window: _Window) -> bool:
-    """ "unpaid" where the sentence says "paid": the un- word is missing and its stem is there."""
-    word = term.surface.lower()
-    return (
-        not term.chinese
-        and word.startswith("un")
-        and len(word) > 5
-        and term.key not in window.stems
-        and stem(word[2:]) in window.stems
-    )
+    """The clause says the opposite word: it is missing from the sentence and its opposite is
+    there ("unpaid" where the sentence says "paid", "optional" where it says "mandatory")."""
+    if not _covers(window, term):
+        if term.chinese:
+            return any(other in window.lowered for other in _ZH_OPPOSITES.get(term.key, ()))
+        word = term.surface.lower()
+        if word.startswith("un") and len(word) > 5 and stem(word[2:]) in window.stems:
+            return True
+        return any(other in window.stems for other in _EN_OPPOSITES.get(term.key, ()))
+    return False
+
+
+def _opposites(pairs: Sequence[tuple[str, str]], key: Callable[[str], str]) -> dict[str, set[str]]:
+    """Each word's opposites, both ways, by key ("mandatory|required" against "optional")."""
+    table: dict[str, set[str]] = {}
+    for one, other in pairs:
+        for a, b in ((one, other), (other, one)):
+            for word in a.split("|"):
+                table.setdefault(key(word), set()).update(key(w) for w in b.split("|"))
+    return table
+
+
+#: Opposites no negator marks: a claim that swaps one for the other says the opposite.
+_EN_OPPOSITES = _opposites(
+    [
+        ("optional", "mandatory|required|compulsory"),
+        ("enabled", "disabled"),
+        ("allowed|permitted", "prohibited|forbidden"),
+        ("increase|increased|raised", "decrease|decreased|lowered|reduced"),
+        ("minimum", "maximum"),
+        ("include|includes|included", "exclude|excludes|excluded"),
+        ("public", "private"),
+    ],
+    stem,
+)
+_ZH_OPPOSITES = _opposites(
+    [
+        ("可选", "必须|强制|必选"),
+        ("允许", "禁止"),
+        ("启用|开启", "禁用|关闭"),
+        ("增加|提高|提升", "减少|降低"),
+        ("最多|上限|最大", "最少|下限|最小"),
+        ("包括|包含", "不包括|不包含"),
+        ("之前|以前", "之后|以后"),
+    ],
+    str,
+)
 
 
 def _flat(text: str) -> str:
