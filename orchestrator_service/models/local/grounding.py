@@ -155,6 +155,10 @@ _EN_NEGATIVE_VERBS = words(
     "discontinues discontinued lack lacks lacked prohibit prohibits prohibited suppress "
     "suppresses suppressed"
 )
+#: Before a negative verb, these make its subject the thing taken away ("was dropped").
+_EN_PASSIVE = words("is are was were be been being get gets got")
+#: Negators that set a condition rather than deny a fact.
+_CONDITIONS = words("unless without")
 #: "instead of X", "rather than X", "no longer": X is denied.
 _MULTIWORD_NEGATORS = re.compile(r"\b(?:instead of|rather than|no longer)\b")
 _ZH_NEGATIVE_VERBS = frozenset(["移除", "删除", "取消", "停止", "禁止", "缺少", "废弃"])
@@ -179,6 +183,8 @@ _ZH_UNIVERSAL = re.compile(r"所有|任何|全部|一切|总是|始终|永远|�
 #: By language (is it Chinese?): one universal word answers another ("always requires" and
 #: "is mandatory for all").
 _UNIVERSAL_IN = {False: _EN_UNIVERSAL, True: _ZH_UNIVERSAL}
+#: Words that only join others ("per key", "via email").
+_EN_GLUE = words("per via")
 #: Words that frame when a statement holds ("从 v2.4.0 开始", "starting with 3.2.0"): the
 #: version or date is the claim, checked as a number.
 _FRAMING = re.compile(r"开始|起|starting|beginning", re.IGNORECASE)
@@ -194,6 +200,8 @@ class _Polarity:
 
     denied: frozenset[str]
     stated: frozenset[str]
+    #: Denied by a condition ("unless --strict is given"): a sentence need not mention it.
+    conditional: frozenset[str]
     #: Its numbers, which tell which sentence a clause speaks of (`_closest`).
     numbers: frozenset[str]
 
@@ -443,8 +451,9 @@ def _content_terms(text: str) -> tuple[Term, ...]:
     tell anything."""
     return tuple(
         term
-        for term in key_terms(_NUMBER_UNIT.sub(r"\1", text))
+        for term in key_terms(_NUMBER_UNIT.sub(r"\1", _spelled_as_digits(text)))
         if not any(char.isdigit() for char in term.key)
+        and term.key not in _EN_GLUE
         and not (term.chinese and len(term.key) == 1)
         and not _FRAMING.fullmatch(term.surface)
         and not _negator(term.surface.lower(), term.chinese)
@@ -547,8 +556,12 @@ def _quantities(text: str, *, smaller: bool) -> list[tuple[str, str]]:
             found.append((number, _ZH_UNITS[match[2]]))
     for match in _EN_QUANTITY.finditer(text):
         number = match[1].replace(",", "")
-        following = re.findall(r"%|m²|ft²|[a-z]+", match[2].lower())
-        found += [(number, _EN_UNITS[word]) for word in following if word in _EN_UNITS]
+        following = re.findall(r"%|m²|ft²|[a-z]+(?:'[a-z]+)?", match[2].lower())
+        found += [
+            (number, _EN_UNITS[word])
+            for place, word in enumerate(following)
+            if word in _EN_UNITS and (len(word) > 1 or place == 0)  # "5 s", not "head's"
+        ]
     if smaller:
         found += [
             (_scaled(number, _SMALLER_UNIT[unit][1]), _SMALLER_UNIT[unit][0])
@@ -593,8 +606,10 @@ def _polarity(text: str) -> _Polarity:
     tokens = segment(lowered) if chinese else _EN_TOKEN.findall(lowered)
     denied: set[str] = set()
     stated: set[str] = set()
+    conditional: set[str] = set()
     pending = ""  # the negator waiting for its head
     before: list[str] = []  # key terms of the clause so far (a negative verb's object)
+    previous = ""
     for token in [*tokens, ","]:
         word = token.strip()
         if not word:
@@ -602,8 +617,14 @@ def _polarity(text: str) -> _Polarity:
         if word in _SCOPE_BREAK:
             if pending in _NEGATIVE_VERBS and before:
                 denied.add(before[-1])
+            stated.update(before)
             pending, before = "", []
             continue
+        if word in _EN_NEGATIVE_VERBS and previous in _EN_PASSIVE:
+            denied.update(before)  # "support for Python 3.8 was dropped": its subject
+            before, previous = [], word
+            continue
+        previous = word
         if _negator(word, chinese):
             pending = word
             continue
@@ -618,11 +639,19 @@ def _polarity(text: str) -> _Polarity:
         keys = [term.key for term in _content_terms(word)]
         if pending and (keys or _consumes_scope(word, chinese)):
             denied.update(keys)
-            pending = ""
+            if pending in _CONDITIONS:
+                conditional.update(keys)
+            # A verb takes away its whole object ("dropped support for Python 3.8"); a "not"
+            # only the word it stands before.
+            pending = "" if pending not in _EN_NEGATIVE_VERBS or not keys else "after-verb"
         else:
-            stated.update(keys)
-        before += keys
-    return _Polarity(frozenset(denied), frozenset(stated), frozenset(_numbers(text)))
+            before += keys
+    return _Polarity(
+        frozenset(denied),
+        frozenset(stated),
+        frozenset(conditional),
+        frozenset(_numbers(text)),
+    )
 
 
 def _consumes_scope(word: str, chinese: bool) -> bool:
@@ -643,10 +672,11 @@ def _opposite(clause: _Clause, window: _Window) -> bool:
             return True
         if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in mine.denied):
             return True
-    if not mine.denied or any(theirs.denied for theirs in window.polarities):
+    denials = mine.denied - mine.conditional
+    if not denials or any(theirs.denied for theirs in window.polarities):
         return False
     mentioned = frozenset().union(*(p.denied | p.stated for p in window.polarities))
-    return not any(_in_keys(key, mentioned, clause.chinese) for key in mine.denied)
+    return not any(_in_keys(key, mentioned, clause.chinese) for key in denials)
 
 
 def _closest(clause: _Clause, pieces: Sequence[_Polarity]) -> list[_Polarity]:
@@ -656,7 +686,7 @@ def _closest(clause: _Clause, pieces: Sequence[_Polarity]) -> list[_Polarity]:
     keys = [term.key for term in clause.terms]
     held = [
         sum(_in_keys(key, p.denied | p.stated, clause.chinese) for key in keys)
-        + len(clause.numbers & p.numbers)
+        + 2 * len(clause.numbers & p.numbers)  # a number tells the most (Python 3.8)
         for p in pieces
     ]
     return [piece for piece, count in zip(pieces, held, strict=True) if count == max(held)]
