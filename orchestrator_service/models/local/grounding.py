@@ -717,38 +717,49 @@ def _antonym(term: Term, window: _Window) -> bool:
     return False
 
 
-def _opposites(pairs: Sequence[tuple[str, str]], key: Callable[[str], str]) -> dict[str, set[str]]:
-    """Each word's opposites, both ways, by key ("mandatory|required" against "optional")."""
+def _opposites(groups: Sequence[str], key: Callable[[str], str]) -> dict[str, set[str]]:
+    """Each word's alternatives: the other members of its group, where members are separated
+    by spaces and a member's synonyms by "|" ("optional mandatory|required")."""
     table: dict[str, set[str]] = {}
-    for one, other in pairs:
-        for a, b in ((one, other), (other, one)):
-            for word in a.split("|"):
-                table.setdefault(key(word), set()).update(key(w) for w in b.split("|"))
+    for group in groups:
+        members = [member.split("|") for member in group.split()]
+        for member in members:
+            others = {key(word) for other in members if other is not member for word in other}
+            for word in member:
+                table.setdefault(key(word), set()).update(others)
     return table
 
 
-#: Opposites no negator marks: a claim that swaps one for the other says the opposite.
+#: Words that exclude each other and no negator marks: a claim that swaps one for another says
+#: something else ("optional" where the sentence says "mandatory", "weekly" for "daily").
 _EN_OPPOSITES = _opposites(
     [
-        ("optional", "mandatory|required|compulsory"),
-        ("enabled", "disabled"),
-        ("allowed|permitted", "prohibited|forbidden"),
-        ("increase|increased|raised", "decrease|decreased|lowered|reduced"),
-        ("minimum", "maximum"),
-        ("include|includes|included", "exclude|excludes|excluded"),
-        ("public", "private"),
+        "optional mandatory|required|compulsory",
+        "enabled disabled",
+        "allowed|permitted prohibited|forbidden",
+        "increase|increases|increased|raised decrease|decreases|decreased|lowered|reduced",
+        "minimum maximum",
+        "include|includes|included exclude|excludes|excluded",
+        "public private",
+        "first last",
+        "input output",
+        "upload download",
+        "buyer seller",
+        "hourly daily weekly monthly quarterly yearly|annually",
     ],
     stem,
 )
 _ZH_OPPOSITES = _opposites(
     [
-        ("可选", "必须|强制|必选"),
-        ("允许", "禁止"),
-        ("启用|开启", "禁用|关闭"),
-        ("增加|提高|提升", "减少|降低"),
-        ("最多|上限|最大", "最少|下限|最小"),
-        ("包括|包含", "不包括|不包含"),
-        ("之前|以前", "之后|以后"),
+        "可选 必须|强制|必选",
+        "允许 禁止",
+        "启用|开启 禁用|关闭",
+        "增加|提高|提升 减少|降低",
+        "最多|上限|最大 最少|下限|最小",
+        "包括|包含 不包括|不包含",
+        "买家|买方 卖家|卖方",
+        "首次 最后",
+        "每天|每日 每周 每月 每年",
     ],
     str,
 )
