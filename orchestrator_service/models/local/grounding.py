@@ -42,6 +42,11 @@ _NO_CLAIM = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_END = re.compile(r"[.。!！?？；;]\s*$")
+#: Words that start a condition: a claim copied up to one drops it.
+_QUALIFIER = re.compile(
+    r"\s*(?:(?:above|over|under|below|within|if|unless|except|only|when|where|provided|until)\b"
+    r"|以上|以下|以内|除外|如果|若|仅|只)"
+)
 #: A lead-in ("Here is a short summary of the documentation:") introduces, it states nothing.
 _LEAD_IN = re.compile(r"[:：]\s*$")
 
@@ -284,8 +289,7 @@ def _contradicted_where_said(
     """Whether a clause is contradicted by the sentence, of all the facts it may rest on, that
     holds the most of it: "tidepool exits with status 0 on the first malformed record" speaks
     of the fact on malformed records (status 2), not of the one that exits with status 0."""
-    flat = _flat(text)
-    if flat and any(flat in window.flat for fact in allowed for window in fact.windows):
+    if any(_copied(text, window) for fact in allowed for window in fact.windows):
         return False
     return any(
         max(
@@ -303,8 +307,7 @@ def claim_score(
     of all the clauses' key terms those sentences hold; a clause that lacks `_ADDED_TERMS` or
     more is judged alone (an added "and also …" the fact does not say), and a contradicted
     clause sinks the claim."""
-    flat = _flat(text)
-    if flat and any(flat in window.flat for window in fact.windows):
+    if any(_copied(text, window) for window in fact.windows):
         return 1.0
     matches = [max(_match(clause, window, facts) for window in fact.windows) for clause in clauses]
     if any(match.contradicted for match in matches):
@@ -314,6 +317,17 @@ def claim_score(
         return 1.0
     shares = [match.share for match in matches if match.lacking >= _ADDED_TERMS]
     return min([1.0 - sum(match.missing for match in matches) / terms, *shares])
+
+
+def _copied(text: str, window: _Window) -> bool:
+    """Whether the claim is copied from the sentence, and not cut short before a condition
+    ("Receipts are required for all expenses" of "… for all expenses above $25")."""
+    flat = _flat(text)
+    if not flat or flat not in window.flat:
+        return False
+    said = re.sub(r"\s+", " ", text.lower()).strip(" 。.!！?？")
+    at = window.lowered.find(said)
+    return at < 0 or not _QUALIFIER.match(window.lowered, at + len(said))
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -395,7 +409,7 @@ def _fact(fact: str) -> _Fact:
 
 def _window(group: list[str]) -> _Window:
     text = " ".join(group)
-    lowered = text.lower()
+    lowered = re.sub(r"\s+", " ", text.lower())
     return _Window(
         text,
         _flat(text),
@@ -500,21 +514,19 @@ def _stem_synonyms(groups: Sequence[str]) -> dict[str, str]:
 #: claim.
 _EN_SYNONYMS = _stem_synonyms(
     [
-        "get receive obtain",
+        "get got gotten receive obtain",
         "need require",
         "fix repair resolve",
-        "start begin",
+        "start begin began begun",
         "finish complete end",
-        "show display",
         "let allow permit",
-        "buy purchase",
-        "choose select pick",
+        "choose chose chosen select pick",
         "change modify alter",
-        "keep retain",
+        "keep kept retain",
         "big large",
         "fast quick",
         "help assist",
-        "make create",
+        "make made create",
         "delete erase",
         "enough sufficient",
         "often frequently",
@@ -522,7 +534,7 @@ _EN_SYNONYMS = _stem_synonyms(
         "sooner earlier",
         "prior advance beforehand",
         "immediately instantly",
-        "notify inform tell",
+        "notify inform tell told",
         "answer response reply",
         "error mistake",
         "split divide",
@@ -531,6 +543,24 @@ _EN_SYNONYMS = _stem_synonyms(
         "maximum most",
         "minimum least",
         "approximately about roughly",
+        # irregular forms the stemmer leaves apart
+        "send sent",
+        "take took taken",
+        "give gave given",
+        "write wrote written",
+        "run ran",
+        "find found",
+        "hold held",
+        "lose lost",
+        "say said",
+        "bring brought",
+        "buy bought purchase",
+        "build built",
+        "spend spent",
+        "sell sold",
+        "show shown display",
+        "know known",
+        "break broke broken",
     ]
 )
 _ZH_SYNONYMS = _synonyms(
