@@ -123,7 +123,7 @@ _ZH_UNITS = {
     "秒": "second", "秒钟": "second", "分钟": "minute", "小时": "hour", "天": "day",
     "日": "day", "工作日": "day", "个工作日": "day", "周": "week", "星期": "week",
     "个月": "month", "月": "month", "年": "year", "%": "%", "毫秒": "ms", "升": "l",
-    "毫升": "ml", "元": "元", "倍": "倍", "次": "次",
+    "毫升": "ml", "元": "元", "美元": "usd", "欧元": "eur", "倍": "倍", "次": "次",
 }  # fmt: skip
 #: The same quantity in another unit (0.5 升 is 500 毫升): a fact's number also counts as its
 #: value in the smaller unit.
@@ -134,15 +134,15 @@ _AREA_WORDS = (
 )
 #: A number and the words after it where its unit is written: "600 requests per minute",
 #: "20 working days per calendar year", "300 秒", "150分钟".
-_EN_QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)\s*((?:%|m²|ft²)?(?:\s*[\w'-]+){0,4})")
+_EN_QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)(?=\s*((?:%|m²|ft²)?(?:\s*[^\W\d][\w'-]*){0,4}))")
 #: A number and the unit right after it, whose words are judged as a quantity, not as terms
 #: (1.5升 and 1500毫升 are one quantity).
 _NUMBER_UNIT = re.compile(
     r"(\d+(?:[.,]\d+)*)\s*(?:"
     + "|".join(sorted(_ZH_UNITS, key=len, reverse=True))
     + r"|(?:"
-    + "|".join(sorted((u for u in _EN_UNITS if u.isalpha()), key=len, reverse=True))
-    + r")\b)",
+    + "|".join(re.escape(u) for u in sorted(_EN_UNITS, key=len, reverse=True))
+    + r")(?![a-z]))",
     re.IGNORECASE,
 )
 _ZH_QUANTITY = re.compile(
@@ -166,8 +166,14 @@ _EN_PASSIVE = words("is are was were be been being get gets got")
 _CONDITIONS = words("unless without")
 #: "instead of X", "rather than X", "no longer": X is denied.
 _MULTIWORD_NEGATORS = re.compile(r"\b(?:instead of|rather than|no longer)\b")
+#: Bounds that read like negations: "no more than five" is "at most five".
+_BOUNDS = (
+    (re.compile(r"\b(?:no|not) (?:more|later|longer|greater|higher|larger) than\b"), "at most"),
+    (re.compile(r"\b(?:no|not) (?:less|fewer|earlier|shorter|lower|smaller) than\b"), "at least"),
+)
 _ZH_NEGATIVE_VERBS = frozenset(["移除", "删除", "取消", "停止", "禁止", "缺少", "废弃"])
 _NEGATIVE_VERBS = _EN_NEGATIVE_VERBS | _ZH_NEGATIVE_VERBS
+_ZH_NEGATIVE_VERB = re.compile("(" + "|".join(_ZH_NEGATIVE_VERBS) + ")")
 _ZH_NEGATION = re.compile(r"[不没无未非勿别]")
 #: Words that start with a negation character without negating anything.
 _ZH_NOT_NEGATION = words(
@@ -469,7 +475,7 @@ def _content_terms(text: str) -> tuple[Term, ...]:
     tell anything."""
     return tuple(
         term
-        for term in key_terms(_NUMBER_UNIT.sub(r"\1", _spelled_as_digits(text)))
+        for term in key_terms(_NUMBER_UNIT.sub(r"\1", _spelled_as_digits(_zh_spaced(_areas(text)))))
         if not any(char.isdigit() for char in term.key)
         and term.key not in _EN_GLUE
         and not (term.chinese and len(term.key) == 1)
@@ -672,9 +678,7 @@ def _quantities(text: str, *, smaller: bool) -> list[tuple[str, str]]:
     """(number, unit) pairs: the units among the words right after each number, so "600
     requests per minute" is (600, minute) and "20 working days per calendar year" is
     (20, day) and (20, year). `smaller`: also each in the next smaller unit (0.5 l = 500 ml)."""
-    text = _spelled_as_digits(text)
-    for pattern, unit in _AREA_WORDS:
-        text = pattern.sub(unit, text)
+    text = _areas(_spelled_as_digits(text))
     found: list[tuple[str, str]] = []
     for match in _ZH_QUANTITY.finditer(text):
         number = match[1].replace(",", "")
@@ -695,6 +699,13 @@ def _quantities(text: str, *, smaller: bool) -> list[tuple[str, str]]:
             if unit in _SMALLER_UNIT
         ]
     return found
+
+
+def _areas(text: str) -> str:
+    """ "40 square metres" as "40 m²", one unit."""
+    for pattern, unit in _AREA_WORDS:
+        text = pattern.sub(unit, text)
+    return text
 
 
 def _scaled(number: str, factor: int) -> str:
@@ -728,8 +739,8 @@ def _polarity(text: str) -> _Polarity:
     "Without --strict, records are logged and skipped" and "Without --strict, records are not
     skipped" differ, and keeps 无理由退货 from making every sentence around it negative."""
     chinese = bool(CJK_CHAR.search(text))
-    lowered = _MULTIWORD_NEGATORS.sub(" not ", text.lower())
-    tokens = segment(lowered) if chinese else _EN_TOKEN.findall(lowered)
+    lowered = _MULTIWORD_NEGATORS.sub(" not ", _unbounded(text.lower()))
+    tokens = segment(_zh_spaced(lowered)) if chinese else _EN_TOKEN.findall(lowered)
     denied: set[str] = set()
     stated: set[str] = set()
     conditional: set[str] = set()
@@ -778,6 +789,17 @@ def _polarity(text: str) -> _Polarity:
         frozenset(conditional),
         frozenset(_numbers(text)),
     )
+
+
+def _unbounded(lowered: str) -> str:
+    for pattern, bound in _BOUNDS:
+        lowered = pattern.sub(bound, lowered)
+    return lowered
+
+
+def _zh_spaced(text: str) -> str:
+    """Negative verbs set apart: jieba would cut 移除了 into 移 / 除了."""
+    return _ZH_NEGATIVE_VERB.sub(r" \1 ", text)
 
 
 def _consumes_scope(word: str, chinese: bool) -> bool:
@@ -886,6 +908,8 @@ _ZH_OPPOSITES = _opposites(
         "买家|买方 卖家|卖方",
         "首次 最后",
         "每天|每日 每周 每月 每年",
+        "今年|当年 次年|明年 去年",
+        "当天|当日 次日",
     ],
     str,
 )
