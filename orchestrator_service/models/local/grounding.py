@@ -194,8 +194,8 @@ _ZH_UNIVERSAL = re.compile(r"所有|任何|全部|一切|总是|始终|永远|�
 #: By language (is it Chinese?): one universal word answers another ("always requires" and
 #: "is mandatory for all").
 _UNIVERSAL_IN = {False: _EN_UNIVERSAL, True: _ZH_UNIVERSAL}
-#: Words that only join others ("per key", "via email").
-_EN_GLUE = words("per via")
+#: Words that only join others ("per key", "via email", "up to").
+_EN_GLUE = words("per via up")
 #: Words that frame when a statement holds ("从 v2.4.0 开始", "starting with 3.2.0"): the
 #: version or date is the claim, checked as a number.
 _FRAMING = re.compile(r"开始|起|starting|beginning", re.IGNORECASE)
