@@ -59,6 +59,14 @@ CASES = [
     ("supported", "zh", "入职满两年的员工每年有12天带薪年假。", [ZH_LEAVE]),
     ("supported", "zh", "水箱容量为1500毫升。", [ZH_DEVICE]),
     ("supported", "zh", "当所有席位都被占用时，新用户需要排队。", [ZH_SESSION]),
+    ("supported", "en", "Support for Node 16 was dropped in version 5.1.0.", [RELEASE]),
+    ("supported", "en", "Each project may send no more than 300 messages per hour.", [QUOTA]),
+    ("supported", "en", "Staff should book leave at least two weeks in advance where possible.",
+     [LEAVE]),
+    ("supported", "en", "Unused days that are carried over must be used before the end of March.",
+     [LEAVE]),
+    ("supported", "zh", "v5.1.0 移除了对 Node 16 的支持。",
+     ["v5.1.0（2026年4月3日发布）\n- 移除对 Node 16 的支持。\n- 新增 CSV 导出。"]),
     # unsupported: not mentioned, sibling entity
     ("unsupported", "en", "quill can read notes from a URL.", [CLI]),
     ("unsupported", "en", "Business plan customers can add up to three users.", PLANS),
@@ -71,6 +79,8 @@ CASES = [
     ("partly", "en", "Staff must always book leave at least two weeks ahead.", [LEAVE]),
     ("partly", "zh", "所有员工每年都享有12天带薪年假。", [ZH_LEAVE]),
     ("partly", "zh", "水箱容量为1.5升，并且可以放入洗碗机清洗。", [ZH_DEVICE]),
+    ("partly", "en", "Each project may send up to 300 messages", ["Each project may send up to "
+     "300 messages if it is on a paid plan."]),
     # number_changed: a number, a unit
     ("number_changed", "en", "Staff who have worked here for one year get 25 days of paid "
      "annual leave.", [LEAVE]),
@@ -78,6 +88,8 @@ CASES = [
     ("number_changed", "en", "The upload limit is 25 GB per file.", [QUOTA]),
     ("number_changed", "zh", "会话闲置超过 600 分钟后会被自动注销。", [ZH_SESSION]),
     ("number_changed", "zh", "未休年假最多可结转5天。", [ZH_LEAVE]),
+    ("number_changed", "en", "The upload limit is 25 MB per project.", [QUOTA]),
+    ("number_changed", "zh", "每次导出上限为 5000 美元。", ZH_PLANS),
     # negation: the claim denies what the fact states, or states what it denies
     ("negation", "en", "Annual leave is unpaid.", [LEAVE]),
     ("negation", "en", "Without --force, existing files are overwritten.", [CLI]),
@@ -85,6 +97,10 @@ CASES = [
     ("negation", "zh", "设备运行时可以移动机身。", [ZH_DEVICE]),
     ("negation", "zh", "会话闲置后不会被自动注销。", [ZH_SESSION]),
     ("negation", "zh", "未休年假不能结转到次年。", [ZH_LEAVE]),
+    ("negation", "en", "Version 5.1.0 removed the export to CSV.", [RELEASE]),
+    ("negation", "en", "Booking leave two weeks ahead is optional.",
+     ["Booking leave two weeks ahead is mandatory."]),
+    ("negation", "en", "Reports are sent weekly.", ["Reports are sent daily."]),
     # no_check: greetings, lead-ins, notes on the evidence
     ("no_check", "en", "Sure, here is what I found.", [LEAVE]),
     ("no_check", "en", "Here is a summary of the release notes:", [RELEASE]),

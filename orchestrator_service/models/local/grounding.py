@@ -1,7 +1,11 @@
-"""`check_grounding` for the built-in model (LOCAL_MODEL.md §7): a claim is supported by a fact
-when each of its clauses rests on one of the fact's sentences (or two side by side): the sentence
-holds the clause's key terms, its names, every number with the same unit, every "all" / "所有"
-it states, and says it with the same polarity. Pure, words only."""
+"""`check_grounding` for the built-in model (LOCAL_MODEL.md §7). Pure, words only.
+
+A claim is cut into clauses, and a fact into its sentences and pairs of neighbours. Each clause
+rests on the sentence that holds the most of its key terms; that sentence contradicts it when a
+name, a number or its unit, a universal word ("all", "所有") or the polarity of a word differs,
+or a word is swapped for its opposite. Otherwise the clause scores the share of its terms the
+sentence holds, and the claim the share over its clauses, or less when a clause adds what no
+sentence says."""
 
 from __future__ import annotations
 
@@ -326,14 +330,17 @@ def claim_score(
 
 
 def _copied(text: str, window: _Window) -> bool:
-    """Whether the claim is copied from the sentence, and not cut short before a condition
-    ("Receipts are required for all expenses" of "… for all expenses above $25")."""
+    """Whether the claim is copied from the sentence, and not cut short before a condition."""
     flat = _flat(text)
-    if not flat or flat not in window.flat:
-        return False
-    said = re.sub(r"\s+", " ", text.lower()).strip(" 。.!！?？")
-    at = window.lowered.find(said)
-    return at < 0 or not _QUALIFIER.match(window.lowered, at + len(said))
+    return bool(flat) and flat in window.flat and not _cut_before_condition(text, window)
+
+
+def _cut_before_condition(text: str, window: _Window) -> bool:
+    """Whether the text is the sentence's words up to a condition it leaves out ("Receipts are
+    required for all expenses" of "… for all expenses above $25")."""
+    said = re.sub(r"\s+", " ", text.lower()).strip(" ,，。.!！?？")
+    at = window.lowered.find(said) if said else -1
+    return at >= 0 and _QUALIFIER.match(window.lowered, at + len(said)) is not None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -389,6 +396,8 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
         return "unit"
     if clause.universals and not _UNIVERSAL_IN[clause.chinese].search(window.text):
         return "scope"
+    if _cut_before_condition(clause.text, window):
+        return "condition"
     if _opposite(clause, window):
         return "polarity"
     return None
@@ -406,15 +415,17 @@ def _fact(fact: str) -> _Fact:
     heading: list[str] = []
     if len(parts) > 1 and not _SENTENCE_END.search(parts[0]):
         heading, parts = parts[:1], parts[1:]
-    groups = [[*heading, part] for part in parts] + [[*heading, a, b] for a, b in pairwise(parts)]
+    groups = [[part] for part in parts] + [[a, b] for a, b in pairwise(parts)]
     capitalised = frozenset(
         word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
     )
-    return _Fact(tuple(_window(group) for group in groups), capitalised, fact.lower())
+    windows = tuple(_window(heading, group) for group in groups)
+    return _Fact(windows, capitalised, fact.lower())
 
 
-def _window(group: list[str]) -> _Window:
-    text = " ".join(group)
+def _window(heading: list[str], group: list[str]) -> _Window:
+    """The sentences with their heading; the heading names, it takes no side (`_polarity`)."""
+    text = " ".join(heading + group)
     lowered = re.sub(r"\s+", " ", text.lower())
     return _Window(
         text,
@@ -656,15 +667,6 @@ def _sibling(window: _Window, term: Term, facts: Sequence[_Fact]) -> bool:
     return any(term.key in fact.lowered for fact in facts)
 
 
-def _holds_word(window: _Window, word: str, chinese: bool) -> bool:
-    if chinese:
-        return word in window.lowered
-    return re.search(rf"\b{re.escape(word)}\b", window.lowered) is not None
-
-
-# ---- numbers -----------------------------------------------------------------------------------
-
-
 def _numbers(text: str) -> list[str]:
     """The numbers the text states, as digits: "1,000" is 1000, "six" and "六" are 6."""
     return [n.replace(",", "") for n in _NUMBER.findall(_spelled_as_digits(text))]
@@ -687,11 +689,16 @@ def _quantities(text: str, *, smaller: bool) -> list[tuple[str, str]]:
     for match in _EN_QUANTITY.finditer(text):
         number = match[1].replace(",", "")
         following = re.findall(r"%|m²|ft²|[a-z]+(?:'[a-z]+)?", match[2].lower())
-        found += [
+        units = [
             (number, _EN_UNITS[word])
             for place, word in enumerate(following)
             if word in _EN_UNITS and (len(word) > 1 or place == 0)  # "5 s", not "head's"
         ]
+        if "per" in following[:-1]:  # "25 MB per file": what a rate counts by is a unit too
+            rate = following[following.index("per") + 1 :]
+            if not any(word in _EN_UNITS for word in rate):
+                units.append((number, "per " + stem(rate[0])))
+        found += units
     if smaller:
         found += [
             (_scaled(number, _SMALLER_UNIT[unit][1]), _SMALLER_UNIT[unit][0])
