@@ -169,7 +169,9 @@ _EN_PASSIVE = words("is are was were be been being get gets got")
 #: Negators that set a condition rather than deny a fact.
 _CONDITIONS = words("unless without")
 #: "instead of X", "rather than X", "no longer": X is denied.
-_MULTIWORD_NEGATORS = re.compile(r"\b(?:instead of|rather than|no longer)\b")
+_MULTIWORD_NEGATORS = re.compile(r"\b(?:instead of|rather than|no longer)\b", re.IGNORECASE)
+#: "does not take effect until you click it" says when it does: "only after you click it".
+_NOT_UNTIL = re.compile(r"\b(?:not|\w+n't)\b(?=[^,.;]*\buntil\b)", re.IGNORECASE)
 #: Bounds that read like negations: "no more than five" is "at most five".
 _BOUNDS = (
     (re.compile(r"\b(?:no|not) (?:more|later|longer|greater|higher|larger) than\b"), "at most"),
@@ -198,8 +200,8 @@ _ZH_UNIVERSAL = re.compile(r"所有|任何|全部|一切|总是|始终|永远|�
 #: By language (is it Chinese?): one universal word answers another ("always requires" and
 #: "is mandatory for all").
 _UNIVERSAL_IN = {False: _EN_UNIVERSAL, True: _ZH_UNIVERSAL}
-#: Words that only join others ("per key", "via email", "up to").
-_EN_GLUE = words("per via up")
+#: Words that only join others ("per key", "via email", "up to", "until you click").
+_EN_GLUE = words("per via up until since because which")
 #: Words that frame when a statement holds ("从 v2.4.0 开始", "starting with 3.2.0"): the
 #: version or date is the claim, checked as a number.
 _FRAMING = re.compile(r"开始|起|starting|beginning", re.IGNORECASE)
@@ -215,6 +217,8 @@ class _Polarity:
 
     denied: frozenset[str]
     stated: frozenset[str]
+    #: Every key term, those of a negative verb's object that it neither denies nor states too.
+    mentioned: frozenset[str]
     #: Denied by a condition ("unless --strict is given"): a sentence need not mention it.
     conditional: frozenset[str]
     #: Its numbers, which tell which sentence a clause speaks of (`_closest`).
@@ -443,7 +447,10 @@ def _with_synonyms(stems: frozenset[str]) -> frozenset[str]:
 
 
 def _clauses(text: str, facts: Sequence[_Fact]) -> list[_Clause]:
-    """The claim's clauses; one too short to stand alone joins its neighbour."""
+    """The claim's clauses; one too short to stand alone joins its neighbour. "Not … until"
+    goes first: the clauses it joins say together when something happens, not that it
+    does not."""
+    text = _NOT_UNTIL.sub("", text)
     chinese = bool(CJK_CHAR.search(text))
     pieces = [p for p in (_ZH_CLAUSE_BREAK if chinese else _EN_CLAUSE_BREAK).split(text) if p]
     joined: list[str] = []
@@ -486,7 +493,7 @@ def _content_terms(text: str) -> tuple[Term, ...]:
     tell anything."""
     return tuple(
         term
-        for term in key_terms(_NUMBER_UNIT.sub(r"\1", _spelled_as_digits(_zh_spaced(_areas(text)))))
+        for term in key_terms(_plain(text))
         if not any(char.isdigit() for char in term.key)
         and term.key not in _EN_GLUE
         and not (term.chinese and len(term.key) == 1)
@@ -494,6 +501,13 @@ def _content_terms(text: str) -> tuple[Term, ...]:
         and not _negator(term.surface.lower(), term.chinese)
         and not (_ZH_UNIVERSAL if term.chinese else _EN_UNIVERSAL).fullmatch(term.surface)
     )
+
+
+def _plain(text: str) -> str:
+    """The text as its key terms are read: a number's unit, a multi-word negator ("no
+    longer") and a spelled number are judged by their own rules."""
+    text = _MULTIWORD_NEGATORS.sub(" not ", _spelled_as_digits(_zh_spaced(_areas(text))))
+    return _NUMBER_UNIT.sub(r"\1", text)
 
 
 def _covers(window: _Window, term: Term) -> bool:
@@ -751,6 +765,7 @@ def _polarity(text: str) -> _Polarity:
     denied: set[str] = set()
     stated: set[str] = set()
     conditional: set[str] = set()
+    mentioned: set[str] = set()
     pending = ""  # the negator waiting for its head
     before: list[str] = []  # key terms of the clause so far (a negative verb's object)
     previous = ""
@@ -759,13 +774,14 @@ def _polarity(text: str) -> _Polarity:
         if not word:
             continue
         if word in _SCOPE_BREAK:
-            if pending in _NEGATIVE_VERBS and before:
-                denied.add(before[-1])
+            if pending and pending != _OBJECT and before:  # nothing followed: "is not used"
+                denied.add(before.pop())
             stated.update(before)
             pending, before = "", []
             continue
-        if word in _EN_NEGATIVE_VERBS and previous in _EN_PASSIVE:
-            denied.update(before)  # "support for Python 3.8 was dropped": its subject
+        if word in _EN_NEGATIVE_VERBS and previous in _EN_PASSIVE and before:
+            # "support for Python 3.8 was dropped": the head of its subject
+            denied.add(before[0])
             before, previous = [], word
             continue
         previous = word
@@ -781,27 +797,36 @@ def _polarity(text: str) -> _Polarity:
             pending = "的"
             continue
         keys = [term.key for term in _content_terms(word)]
-        if pending and (keys or _consumes_scope(word, chinese)):
+        mentioned.update(keys)
+        if pending == _OBJECT and keys:
+            pending = ""  # the rest of a verb's object: neither denied nor stated
+            continue
+        if pending and pending != _OBJECT and (keys or _consumes_scope(word, chinese)):
             denied.update(keys)
             if pending in _CONDITIONS:
                 conditional.update(keys)
-            # A verb takes away its whole object ("dropped support for Python 3.8"); a "not"
-            # only the word it stands before.
-            pending = "" if pending not in _EN_NEGATIVE_VERBS or not keys else "after-verb"
+            pending = _OBJECT if pending in _EN_NEGATIVE_VERBS and keys else ""
         else:
             before += keys
     return _Polarity(
         frozenset(denied),
         frozenset(stated),
+        frozenset(mentioned),
         frozenset(conditional),
         frozenset(_numbers(text)),
     )
 
 
+#: The state after a negative verb's head: the next key term ("Python" of "dropped support for
+#: Python 3.8") belongs to what it takes away, so the sentence states it no more than it denies
+#: it ("Python 3.8 is no longer supported" says the same).
+_OBJECT = "<object>"
+
+
 def _unbounded(lowered: str) -> str:
     for pattern, bound in _BOUNDS:
         lowered = pattern.sub(bound, lowered)
-    return lowered
+    return _NOT_UNTIL.sub("", lowered)
 
 
 def _zh_spaced(text: str) -> str:
@@ -840,7 +865,7 @@ def _closest(clause: _Clause, pieces: Sequence[_Polarity]) -> list[_Polarity]:
     "the minimum supported version is Python 3.9")."""
     keys = [term.key for term in clause.terms]
     held = [
-        sum(_in_keys(key, p.denied | p.stated, clause.chinese) for key in keys)
+        sum(_in_keys(key, p.mentioned, clause.chinese) for key in keys)
         + 2 * len(clause.numbers & p.numbers)  # a number tells the most (Python 3.8)
         for p in pieces
     ]
@@ -901,6 +926,7 @@ _EN_OPPOSITES = _opposites(
         "upload download",
         "buyer seller",
         "hourly daily weekly monthly quarterly yearly|annually",
+        "red green blue yellow orange white black grey|gray purple",
     ],
     stem,
 )
@@ -914,6 +940,7 @@ _ZH_OPPOSITES = _opposites(
         "包括|包含 不包括|不包含",
         "买家|买方 卖家|卖方",
         "首次 最后",
+        "红色 绿色 蓝色 黄色 白色 黑色 灰色",
         "每天|每日 每周 每月 每年",
         "今年|当年 次年|明年 去年",
         "当天|当日 次日",
