@@ -90,6 +90,9 @@ CASES = [
     ("number_changed", "zh", "未休年假最多可结转5天。", [ZH_LEAVE]),
     ("number_changed", "en", "The upload limit is 25 MB per project.", [QUOTA]),
     ("number_changed", "zh", "每次导出上限为 5000 美元。", ZH_PLANS),
+    ("number_changed", "en", "Files under 25 MB cannot be uploaded.", ["Files over 25 MB cannot be "
+     "uploaded."]),
+    ("number_changed", "zh", "会话闲置低于 600 秒后会被自动注销。", [ZH_SESSION]),
     # negation: the claim denies what the fact states, or states what it denies
     ("negation", "en", "Annual leave is unpaid.", [LEAVE]),
     ("negation", "en", "Without --force, existing files are overwritten.", [CLI]),

@@ -149,6 +149,27 @@ _NUMBER_UNIT = re.compile(
     + r")(?![a-z]))",
     re.IGNORECASE,
 )
+_NUMBER_AFTER = r"\s*[$€£¥]?\s*(?P<n>\d+(?:[.,]\d+)*)"
+_BOUND_PATTERNS = (
+    (
+        re.compile(
+            r"\b(?:over|above|more than|greater than|exceeding|at least|beyond)" + _NUMBER_AFTER,
+            re.IGNORECASE,
+        ),
+        "≥",
+    ),
+    (
+        re.compile(
+            r"\b(?:under|below|less than|fewer than|up to|at most|within)" + _NUMBER_AFTER,
+            re.IGNORECASE,
+        ),
+        "≤",
+    ),
+    (re.compile(r"(?:(?<!不)超过|高于|多于|大于|至少|不少于|不低于)" + _NUMBER_AFTER), "≥"),
+    (re.compile(r"(?:不超过|低于|少于|小于|最多|不足|以内)" + _NUMBER_AFTER), "≤"),
+    (re.compile(r"(?P<n>\d+(?:[.,]\d+)*)\s*[^\d\s，。；]{0,3}?以上"), "≥"),
+    (re.compile(r"(?P<n>\d+(?:[.,]\d+)*)\s*[^\d\s，。；]{0,3}?(?:以下|以内)"), "≤"),
+)
 _ZH_QUANTITY = re.compile(
     r"(\d+(?:[.,]\d+)*)\s*(" + "|".join(sorted(_ZH_UNITS, key=len, reverse=True)) + ")?"
 )
@@ -235,6 +256,7 @@ class _Window:
     stems: frozenset[str]
     numbers: frozenset[str]
     quantities: frozenset[tuple[str, str]]
+    bounds: frozenset[tuple[str, str]]
     #: One per sentence, or part of one between semicolons: each may say a word either way
     #: ("Dropped support for Python 3.8; the minimum supported version is now 3.9").
     polarities: tuple[_Polarity, ...]
@@ -259,6 +281,7 @@ class _Clause:
     names: tuple[str, ...]
     numbers: frozenset[str]
     quantities: frozenset[tuple[str, str]]
+    bounds: frozenset[tuple[str, str]]
     universals: tuple[str, ...]
     polarity: _Polarity
     #: Chinese nouns and verbs, which the sibling check judges (`_sibling`).
@@ -396,6 +419,8 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
         return "sibling"
     if not clause.numbers <= window.numbers:
         return "number"
+    if _bound_reversed(clause.bounds, window.bounds):
+        return "bound"
     if _unit_changed(clause.quantities, window.quantities):
         return "unit"
     if clause.universals and not _UNIVERSAL_IN[clause.chinese].search(window.text):
@@ -436,8 +461,9 @@ def _window(heading: list[str], group: list[str]) -> _Window:
         _flat(text),
         lowered,
         _with_synonyms(evidence_stems(lowered)),
-        frozenset(_numbers(text)) | frozenset(n for n, _ in _quantities(text, smaller=True)),
+        _all_numbers(text),
         frozenset(_quantities(text, smaller=True)),
+        frozenset(_bounds(text)),
         tuple(_polarity(piece) for part in group for piece in re.split(r"[;；]", part)),
     )
 
@@ -479,6 +505,7 @@ def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: s
         names=tuple(_zh_names(text) if chinese else _en_names(text, capitalised, first_word)),
         numbers=frozenset(_numbers(text)),
         quantities=frozenset(_quantities(text, smaller=False)),
+        bounds=frozenset(_bounds(text)),
         universals=tuple(word.lower() for word in universals),
         polarity=_polarity(text),
         siblings=_zh_content_words(text) if chinese else (),
@@ -729,6 +756,30 @@ def _areas(text: str) -> str:
     return text
 
 
+def _all_numbers(text: str) -> frozenset[str]:
+    """The numbers the text states, each also in the next smaller unit (0.5 升 is 500 毫升)."""
+    return frozenset(_numbers(text)) | {n for n, _ in _quantities(text, smaller=True)}
+
+
+def _bounds(text: str) -> list[tuple[str, str]]:
+    """(number, "≥" or "≤") where a comparison bounds the number: "over $500", "up to 600",
+    "超过 300 秒", "不超过600元", "500元以下"."""
+    text = _unbounded(text.lower())
+    found = []
+    for pattern, bound in _BOUND_PATTERNS:
+        found += [(match["n"].replace(",", ""), bound) for match in pattern.finditer(text)]
+    return found
+
+
+def _bound_reversed(claimed: Iterable[tuple[str, str]], stated: frozenset[tuple[str, str]]) -> bool:
+    """A number the claim bounds the other way from the sentence ("under $500" for "over")."""
+    other = {"≥": "≤", "≤": "≥"}
+    return any(
+        (number, other[bound]) in stated and (number, bound) not in stated
+        for number, bound in claimed
+    )
+
+
 def _scaled(number: str, factor: int) -> str:
     value = float(number) * factor
     return str(int(value)) if value.is_integer() else str(value)
@@ -813,7 +864,7 @@ def _polarity(text: str) -> _Polarity:
         frozenset(stated),
         frozenset(mentioned),
         frozenset(conditional),
-        frozenset(_numbers(text)),
+        _all_numbers(text),
     )
 
 
