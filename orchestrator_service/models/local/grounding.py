@@ -149,26 +149,30 @@ _NUMBER_UNIT = re.compile(
     + r")(?![a-z]))",
     re.IGNORECASE,
 )
-_NUMBER_AFTER = r"\s*[$€£¥]?\s*(?P<n>\d+(?:[.,]\d+)*)"
-_BOUND_PATTERNS = (
+#: Words that bound a number from below (≥) or above (≤): in English before it ("over $500"),
+#: in Chinese before it ("超过 300 秒") or after it and its unit ("500元以上").
+_BOUND_WORDS = {
+    "≥": (
+        "over|above|more than|greater than|exceeding|at least|beyond",
+        "(?<!不)超过|高于|多于|大于|至少|不少于|不低于",
+        "以上",
+    ),
+    "≤": (
+        "under|below|less than|fewer than|up to|at most|within",
+        "不超过|低于|少于|小于|最多|不足|以内",
+        "以下|以内",
+    ),
+}
+_BOUND_PATTERNS = tuple(
     (
         re.compile(
-            r"\b(?:over|above|more than|greater than|exceeding|at least|beyond)" + _NUMBER_AFTER,
+            rf"(?:\b(?:{en})\b|{zh})\s*[$€£¥]?\s*(?P<n>{_NUMBER.pattern})"
+            rf"|(?P<m>{_NUMBER.pattern})\s*[^\d\s，。；]{{0,3}}?(?:{after})",
             re.IGNORECASE,
         ),
-        "≥",
-    ),
-    (
-        re.compile(
-            r"\b(?:under|below|less than|fewer than|up to|at most|within)" + _NUMBER_AFTER,
-            re.IGNORECASE,
-        ),
-        "≤",
-    ),
-    (re.compile(r"(?:(?<!不)超过|高于|多于|大于|至少|不少于|不低于)" + _NUMBER_AFTER), "≥"),
-    (re.compile(r"(?:不超过|低于|少于|小于|最多|不足|以内)" + _NUMBER_AFTER), "≤"),
-    (re.compile(r"(?P<n>\d+(?:[.,]\d+)*)\s*[^\d\s，。；]{0,3}?以上"), "≥"),
-    (re.compile(r"(?P<n>\d+(?:[.,]\d+)*)\s*[^\d\s，。；]{0,3}?(?:以下|以内)"), "≤"),
+        bound,
+    )
+    for bound, (en, zh, after) in _BOUND_WORDS.items()
 )
 _ZH_QUANTITY = re.compile(
     r"(\d+(?:[.,]\d+)*)\s*(" + "|".join(sorted(_ZH_UNITS, key=len, reverse=True)) + ")?"
@@ -767,7 +771,9 @@ def _bounds(text: str) -> list[tuple[str, str]]:
     text = _unbounded(text.lower())
     found = []
     for pattern, bound in _BOUND_PATTERNS:
-        found += [(match["n"].replace(",", ""), bound) for match in pattern.finditer(text)]
+        found += [
+            ((match["n"] or match["m"]).replace(",", ""), bound) for match in pattern.finditer(text)
+        ]
     return found
 
 
