@@ -713,8 +713,13 @@ def _sibling(window: _Window, term: Term, facts: Sequence[_Fact]) -> bool:
 
 
 def _numbers(text: str) -> list[str]:
-    """The numbers the text states, as digits: "1,000" is 1000, "six" and "六" are 6."""
-    return [n.replace(",", "") for n in _NUMBER.findall(_spelled_as_digits(text))]
+    """The numbers the text states, as digits: "1,000" is 1000, "six" and "六" are 6, "09" is 9."""
+    return [_digits(n) for n in _NUMBER.findall(_spelled_as_digits(text))]
+
+
+def _digits(number: str) -> str:
+    number = number.replace(",", "")
+    return number.lstrip("0") or "0" if number.isdigit() else number
 
 
 def _spelled_as_digits(text: str) -> str:
@@ -728,11 +733,11 @@ def _quantities(text: str, *, smaller: bool) -> list[tuple[str, str]]:
     text = _areas(_spelled_as_digits(text))
     found: list[tuple[str, str]] = []
     for match in _ZH_QUANTITY.finditer(text):
-        number = match[1].replace(",", "")
+        number = _digits(match[1])
         if match[2]:
             found.append((number, _ZH_UNITS[match[2]]))
     for match in _EN_QUANTITY.finditer(text):
-        number = match[1].replace(",", "")
+        number = _digits(match[1])
         following = re.findall(r"%|m²|ft²|[a-z]+(?:'[a-z]+)?", match[2].lower())
         units = [
             (number, _EN_UNITS[word])
@@ -771,9 +776,7 @@ def _bounds(text: str) -> list[tuple[str, str]]:
     text = _unbounded(text.lower())
     found = []
     for pattern, bound in _BOUND_PATTERNS:
-        found += [
-            ((match["n"] or match["m"]).replace(",", ""), bound) for match in pattern.finditer(text)
-        ]
+        found += [(_digits(match["n"] or match["m"]), bound) for match in pattern.finditer(text)]
     return found
 
 
@@ -994,7 +997,7 @@ _ZH_OPPOSITES = _opposites(
         "启用|开启 禁用|关闭",
         "增加|提高|提升 减少|降低",
         "最多|上限|最大 最少|下限|最小",
-        "包括|包含 不包括|不包含",
+        "包括|包含 不包括|不包含|除外",
         "买家|买方 卖家|卖方",
         "首次 最后",
         "红色 绿色 蓝色 黄色 白色 黑色 灰色",
