@@ -27,7 +27,7 @@ from orchestrator_service.models.local.text import (
     segment,
     words,
 )
-from shared.lang import CJK_CHAR
+from shared.lang import CJK_CHAR, ENGLISH_WORD
 from shared.lexical import stem
 
 #: How much a missing name, a changed number, unit or polarity leaves of a clause's score.
@@ -308,49 +308,43 @@ def _verdict(
         return ClaimVerdict(claim_index=index, grounding_check_required=False, score=0.0)
     allowed = [f for f in (claim.cited or range(len(facts))) if 0 <= f < len(facts)]
     clauses = _clauses(text, facts)
-    if _contradicted_where_said(text, clauses, [facts[f] for f in allowed], facts):
+    copied = {f for f in allowed if any(_copied(text, window) for window in facts[f].windows)}
+    # Each clause's best sentence in each fact: its match decides the fact's score, and the best
+    # of all decides whether the claim is contradicted where it is said.
+    best = {
+        f: [max(_match(clause, window, facts) for window in facts[f].windows) for clause in clauses]
+        for f in allowed
+    }
+    if not copied and _contradicted_where_said(list(best.values())):
         scored = [(CONTRADICTED_SCORE, f) for f in allowed]
     else:
         scored = sorted(
-            ((claim_score(text, clauses, facts[f], facts), f) for f in allowed),
+            ((1.0 if f in copied else claim_score(best[f]), f) for f in allowed),
             key=lambda pair: -pair[0],
         )
-    best = scored[0][0] if scored else 0.0
     return ClaimVerdict(
         claim_index=index,
         grounding_check_required=True,
-        score=round(best, 4),
+        score=round(scored[0][0], 4) if scored else 0.0,
         citation_indices=[f for score, f in scored if score >= threshold],
     )
 
 
-def _contradicted_where_said(
-    text: str, clauses: Sequence[_Clause], allowed: Sequence[_Fact], facts: Sequence[_Fact]
-) -> bool:
+def _contradicted_where_said(per_fact: Sequence[Sequence[_Match]]) -> bool:
     """Whether a clause is contradicted by the sentence, of all the facts it may rest on, that
     holds the most of it: "tidepool exits with status 0 on the first malformed record" speaks
     of the fact on malformed records (status 2), not of the one that exits with status 0."""
-    if any(_copied(text, window) for fact in allowed for window in fact.windows):
-        return False
-    return any(
-        max(
-            _match(clause, window, facts) for fact in allowed for window in fact.windows
-        ).contradicted
-        for clause in clauses
+    return bool(per_fact) and any(
+        max(matches[clause] for matches in per_fact).contradicted
+        for clause in range(len(per_fact[0]))
     )
 
 
-def claim_score(
-    text: str, clauses: Sequence[_Clause], fact: _Fact, facts: Sequence[_Fact]
-) -> float:
-    """How well one fact supports the claim: 1 when a sentence holds it verbatim. Else each
-    clause is matched with the fact's sentence that suits it best, and the score is the share
-    of all the clauses' key terms those sentences hold; a clause that lacks `_ADDED_TERMS` or
-    more is judged alone (an added "and also …" the fact does not say), and a contradicted
-    clause sinks the claim."""
-    if any(_copied(text, window) for window in fact.windows):
-        return 1.0
-    matches = [max(_match(clause, window, facts) for window in fact.windows) for clause in clauses]
+def claim_score(matches: Sequence[_Match]) -> float:
+    """How well one fact supports the claim, given each clause's match with the fact's sentence
+    that suits it best: the share of all the clauses' key terms those sentences hold; a clause
+    that lacks `_ADDED_TERMS` or more is judged alone (an added "and also …" the fact does not
+    say), and a contradicted clause sinks the claim. (A claim the fact holds verbatim: 1.)"""
     if any(match.contradicted for match in matches):
         return CONTRADICTED_SCORE
     terms = sum(match.terms for match in matches)
@@ -526,7 +520,7 @@ def _content_terms(text: str) -> tuple[Term, ...]:
         term
         for term in key_terms(_plain(text))
         if not any(char.isdigit() for char in term.key)
-        and term.key not in _EN_GLUE
+        and term.surface.lower() not in _EN_GLUE
         and not (term.chinese and len(term.key) == 1)
         and not _FRAMING.fullmatch(term.surface)
         and not _negator(term.surface.lower(), term.chinese)
@@ -856,7 +850,7 @@ def _polarity(text: str) -> _Polarity:
         if pending == "对":
             pending = "的"
             continue
-        keys = [term.key for term in _content_terms(word)]
+        keys = _token_keys(word)
         mentioned.update(keys)
         if pending == _OBJECT and keys:
             pending = ""  # the rest of a verb's object: neither denied nor stated
@@ -892,6 +886,31 @@ def _unbounded(lowered: str) -> str:
 def _zh_spaced(text: str) -> str:
     """Negative verbs set apart: jieba would cut 移除了 into 移 / 除了."""
     return _ZH_NEGATIVE_VERB.sub(r" \1 ", text)
+
+
+@lru_cache(maxsize=8192)
+def _token_keys(word: str) -> tuple[str, ...]:
+    """The key terms of one token of a segmented text, as `_content_terms` reads them, without
+    segmenting it again."""
+    if CJK_CHAR.search(word):
+        return () if _not_a_term(word, chinese=True) else (word,)
+    return tuple(
+        stem(english)
+        for english in ENGLISH_WORD.findall(_spelled_as_digits(word.lower()))
+        if english not in EN_STOP_WORDS and len(english) > 1 and not _not_a_term(english)
+    )
+
+
+def _not_a_term(word: str, *, chinese: bool = False) -> bool:
+    """A word the rules judge on their own, or too short to tell anything."""
+    return (
+        (chinese and (word in ZH_STOP_WORDS or len(word) == 1))
+        or any(char.isdigit() for char in word)
+        or word in _EN_GLUE
+        or bool(_FRAMING.fullmatch(word))
+        or _negator(word, chinese)
+        or bool((_ZH_UNIVERSAL if chinese else _EN_UNIVERSAL).fullmatch(word))
+    )
 
 
 def _consumes_scope(word: str, chinese: bool) -> bool:
