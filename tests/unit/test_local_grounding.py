@@ -152,3 +152,15 @@ def test_the_labelled_set_reaches_the_target_accuracy() -> None:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     hits = sum(_label(row["claim"], row["facts"]) == row["label"] for row in rows)
     assert hits / len(rows) >= 0.9
+
+
+def test_without_facts_a_claim_is_unsupported_and_cites_nothing() -> None:
+    claim = ClaimToCheck("The upload limit is 25 MB per file.", cited=(4,))
+    assert check([claim], [], 0.6)[0].model_dump() == {
+        "claim_index": 0,
+        "grounding_check_required": True,
+        "score": 0.0,
+        "citation_indices": [],
+    }
+    [cited_outside] = check([claim], [QUOTA], 0.6)
+    assert cited_outside.score == 0.0 and cited_outside.citation_indices == []
