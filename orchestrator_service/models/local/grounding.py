@@ -290,6 +290,10 @@ class _Clause:
     polarity: _Polarity
     #: Chinese nouns and verbs, which the sibling check judges (`_sibling`).
     siblings: tuple[Term, ...]
+    #: Its Chinese words in order, with jieba's tags: a missing modifier may be a substitution.
+    sequence: tuple[tuple[str, str], ...]
+    #: The key words of the whole claim, lower-cased.
+    claim_words: frozenset[str]
 
 
 def check(
@@ -415,6 +419,8 @@ def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> 
         return "name"
     if any(_sibling(window, term, facts) for term in clause.siblings):
         return "sibling"
+    if _substituted(clause, window):
+        return "substitution"
     if not clause.numbers <= window.numbers:
         return "number"
     if _bound_reversed(clause.bounds, window.bounds):
@@ -488,13 +494,22 @@ def _clauses(text: str, facts: Sequence[_Fact]) -> list[_Clause]:
             joined.append(piece)
     capitalised = frozenset().union(*(fact.capitalised for fact in facts))
     first_word = _EN_WORD.match(text.strip())
+    claim_words = (
+        frozenset(word.lower() for word, _ in _zh_sequence(text)) if chinese else frozenset()
+    )
     return [
-        _clause(piece, chinese, capitalised, first_word[0] if first_word else "")
+        _clause(piece, chinese, capitalised, first_word[0] if first_word else "", claim_words)
         for piece in joined or [text]
     ]
 
 
-def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: str) -> _Clause:
+def _clause(
+    text: str,
+    chinese: bool,
+    capitalised: frozenset[str],
+    first_word: str,
+    claim_words: frozenset[str],
+) -> _Clause:
     universals = (_ZH_UNIVERSAL if chinese else _EN_UNIVERSAL).findall(text)
     return _Clause(
         text=text,
@@ -507,6 +522,8 @@ def _clause(text: str, chinese: bool, capitalised: frozenset[str], first_word: s
         universals=tuple(word.lower() for word in universals),
         polarity=_polarity(text),
         siblings=_zh_content_words(text) if chinese else (),
+        sequence=_zh_sequence(text) if chinese else (),
+        claim_words=claim_words,
     )
 
 
@@ -695,6 +712,44 @@ def _holds_name(window: _Window, name: str) -> bool:
     if name.islower() or CJK_CHAR.search(name):
         return re.search(rf"(?<![a-z0-9]){re.escape(name)}", window.lowered) is not None
     return re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}", window.text) is not None
+
+
+def _zh_sequence(text: str) -> tuple[tuple[str, str], ...]:
+    """The key words of a Chinese text in order, with their tags."""
+    return tuple(
+        (word, flag) for word, flag in parts_of_speech(text) if _token_keys(word.strip().lower())
+    )
+
+
+@lru_cache(maxsize=1024)
+def _zh_words(lowered: str) -> tuple[str, ...]:
+    """The key words of a sentence in order."""
+    return tuple(word for word in segment(_zh_spaced(lowered)) if _token_keys(word.strip()))
+
+
+def _substituted(clause: _Clause, window: _Window) -> bool:
+    """A Chinese noun or modifier the sentence lacks where, beside the same neighbour, it says
+    another word the claim never uses: 二线城市 for 一线城市, 强力模式 for 标准模式, 已拆封的化妆品
+    for 已拆封的食品 — the claim speaks of something else."""
+    said = _zh_words(window.lowered)
+    for place, (word, flag) in enumerate(clause.sequence):
+        if flag[0] not in "nmab" or word in window.lowered:
+            continue
+        neighbours = (
+            [(clause.sequence[place + 1][0], -1)] if place + 1 < len(clause.sequence) else []
+        )
+        if place:
+            neighbours.append((clause.sequence[place - 1][0], 1))
+        for neighbour, side in neighbours:
+            for at, other in enumerate(said):
+                beside = at + side
+                if (
+                    other == neighbour.lower()
+                    and 0 <= beside < len(said)
+                    and said[beside] not in clause.claim_words
+                ):
+                    return True
+    return False
 
 
 def _sibling(window: _Window, term: Term, facts: Sequence[_Fact]) -> bool:
