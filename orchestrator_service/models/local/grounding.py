@@ -264,6 +264,8 @@ class _Window:
     #: One per sentence, or part of one between semicolons: each may say a word either way
     #: ("Dropped support for Python 3.8; the minimum supported version is now 3.9").
     polarities: tuple[_Polarity, ...]
+    #: The whole fact it is part of, lower-cased.
+    fact: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,11 +454,11 @@ def _fact(fact: str) -> _Fact:
     capitalised = frozenset(
         word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
     )
-    windows = tuple(_window(heading, group) for group in groups)
+    windows = tuple(_window(heading, group, fact.lower()) for group in groups)
     return _Fact(windows, capitalised, fact.lower())
 
 
-def _window(heading: list[str], group: list[str]) -> _Window:
+def _window(heading: list[str], group: list[str], fact: str) -> _Window:
     """The sentences with their heading; the heading names, it takes no side (`_polarity`)."""
     text = " ".join(heading + group)
     lowered = re.sub(r"\s+", " ", text.lower())
@@ -469,6 +471,7 @@ def _window(heading: list[str], group: list[str]) -> _Window:
         frozenset(_quantities(text, smaller=True)),
         frozenset(_bounds(text)),
         tuple(_polarity(piece) for part in group for piece in re.split(r"[;；]", part)),
+        fact,
     )
 
 
@@ -753,10 +756,10 @@ def _substituted(clause: _Clause, window: _Window) -> bool:
 
 
 def _sibling(window: _Window, term: Term, facts: Sequence[_Fact]) -> bool:
-    """A key term the sentence lacks but another sentence of the facts holds: the claim
-    moved it from where the facts say it (the Premium plan's response time is the Basic
-    plan's, 定制类商品 take the 无理由退货 of other goods)."""
-    if not term.chinese or _covers(window, term):
+    """A Chinese key term the sentence's fact lacks but another fact holds: the claim moved it
+    from where the facts say it (企业版 takes the 基础版's availability commitment). Within one
+    fact a missing word is more often one the fact says once for all its sentences (员工)."""
+    if not term.chinese or _covers(window, term) or term.key in window.fact:
         return False  # English names are `_en_names`; its other words recur too freely
     return any(term.key in fact.lowered for fact in facts)
 
