@@ -987,13 +987,34 @@ def _opposite(clause: _Clause, window: _Window) -> bool:
     for theirs in _closest(clause, window.polarities):
         if any(_only_in(key, theirs.denied, theirs.stated, clause.chinese) for key in mine.stated):
             return True
-        if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in mine.denied):
+        # Where both deny a word of the statement, the negation may fall on another word of the
+        # same thing ("no fixed expiry schedule"): only its conditions must then agree.
+        denied = mine.conditional if _aligned(clause, theirs) else mine.denied
+        if any(_only_in(key, theirs.stated, theirs.denied, clause.chinese) for key in denied):
             return True
     denials = mine.denied - mine.conditional
     if not denials or any(theirs.denied for theirs in window.polarities):
         return False
     mentioned = frozenset().union(*(p.denied | p.stated for p in window.polarities))
     return not any(_in_keys(key, mentioned, clause.chinese) for key in denials)
+
+
+def _aligned(clause: _Clause, theirs: _Polarity) -> bool:
+    """Whether the sentence, too, denies (not as a mere condition) a word of the clause: the
+    negation then falls on another word of the same statement ("There is no fixed expiry
+    schedule" and "Passwords do not expire on a fixed schedule")."""
+    if not clause.polarity.denied:
+        return False
+    denied = theirs.denied - theirs.conditional
+    return any(_related(term.key, key, clause.chinese) for term in clause.terms for key in denied)
+
+
+def _related(one: str, other: str, chinese: bool) -> bool:
+    """The same word, or one derived from the other (expiry / expire: expiri, expir)."""
+    if chinese:
+        return len(other) >= 2 and (one in other or other in one)
+    short, long = sorted((one, other), key=len)
+    return short == long or (len(short) >= 4 and long.startswith(short))
 
 
 def _closest(clause: _Clause, pieces: Sequence[_Polarity]) -> list[_Polarity]:
