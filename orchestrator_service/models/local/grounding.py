@@ -416,7 +416,8 @@ def _weights(terms: Sequence[Term]) -> list[int]:
 
 def _contradiction(clause: _Clause, window: _Window, facts: Sequence[_Fact]) -> str | None:
     """Why the sentence cannot support the clause, or None. Each reason is one kind of
-    unsupported claim: another entity, another number or unit, a wider scope, the opposite."""
+    unsupported claim: another entity, another number, unit or bound, a wider scope, a dropped
+    condition, the opposite."""
     if any(not _holds_name(window, name) for name in clause.names):
         return "name"
     if any(_sibling(window, term, facts) for term in clause.siblings):
@@ -532,10 +533,9 @@ def _clause(
 
 @lru_cache(maxsize=4096)
 def _content_terms(text: str) -> tuple[Term, ...]:
-    """The key terms that words can match: numbers and their units are checked as
-    quantities, negators and
-    "all" / "所有" by their own rules, and a lone Chinese character (时, 多) is too common to
-    tell anything."""
+    """The key terms that words can match: numbers with their units, negators, universal
+    words ("all", "所有"), framing and connectors are judged by their own rules, and a lone
+    Chinese character (时, 多) is too common to tell anything."""
     return tuple(
         term
         for term in key_terms(_plain(text))
