@@ -316,9 +316,7 @@ class Orchestrator:
             outcome = replace(outcome, answer=written.answer)
         else:
             outcome = _unsupported(outcome)
-        return replace(
-            outcome, claims_checked=written.checked, claims_supported=written.supported
-        )
+        return replace(outcome, claims_checked=written.checked, claims_supported=written.supported)
 
     async def _write_answer(
         self,

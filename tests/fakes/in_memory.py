@@ -75,15 +75,17 @@ class InMemoryModel:
         """Every claim fully supported by the facts it cites (the first fact when none): the
         scripted answers are the tests' own, the built-in rules have their own tests."""
         self.calls.append((TASK_GROUNDING, ""))
-        return GroundingVerdicts(claims=[
-            ClaimVerdict(
-                claim_index=i,
-                grounding_check_required=True,
-                score=1.0,
-                citation_indices=list(claim.cited or (0,))[: len(facts)],
-            )
-            for i, claim in enumerate(claims)
-        ])
+        return GroundingVerdicts(
+            claims=[
+                ClaimVerdict(
+                    claim_index=i,
+                    grounding_check_required=True,
+                    score=1.0,
+                    citation_indices=list(claim.cited or (0,))[: len(facts)],
+                )
+                for i, claim in enumerate(claims)
+            ]
+        )
 
     #: The answer comes from `decide("answer_generation", question)["text"]`, in one piece.
     answer_model = "in-memory"
