@@ -122,6 +122,13 @@ def _row_claim(header: list[str], cells: list[str], chinese: bool) -> str:
     return f"{cells[0]} — {'；'.join(pairs) if chinese else '; '.join(pairs)}"
 
 
+def table_rows_read(text: str) -> list[str]:
+    """Each table row of `text` as the answerer states it, with its header's names
+    ("Night baking — Lead: Ana Duarte; Hours: 22:00 to 6:00"): what the grounding check
+    reads a row as, so an answer copied from a row is found in it."""
+    return [claim for _, claim, _ in _claims(text) if claim]
+
+
 def _claims(text: str) -> list[tuple[str, str, str]]:
     """(sentence, claim, coverage text) of every claim the chunk's text can make. Prose lines
     are read as paragraphs (`paragraph_spans`): a sentence wrapped over lines is one claim,

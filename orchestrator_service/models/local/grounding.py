@@ -17,6 +17,7 @@ from itertools import pairwise
 
 from orchestrator_service.answer import sentences, unwrap
 from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
+from orchestrator_service.models.local.answer import table_rows_read
 from orchestrator_service.models.local.support import parts_of_speech
 from orchestrator_service.models.local.text import (
     EN_STOP_WORDS,
@@ -452,6 +453,7 @@ def _fact(fact: str) -> _Fact:
     if len(parts) > 1 and not _SENTENCE_END.search(parts[0]):
         heading, parts = parts[:1], parts[1:]
     groups = [[part] for part in parts] + [[a, b] for a, b in pairwise(parts)]
+    groups += [[row] for row in table_rows_read(fact)]
     capitalised = frozenset(
         word for word in _EN_WORD.findall(fact) if word[0].isupper() or word.isupper()
     )
