@@ -462,20 +462,37 @@ def _fact(fact: str) -> _Fact:
 
 
 def _window(heading: list[str], group: list[str], fact: str) -> _Window:
-    """The sentences with their heading; the heading names, it takes no side (`_polarity`)."""
+    """The sentences with their heading; the heading names, it takes no side (`_polarity`).
+    What a sentence states in numbers is read once per sentence, not once per window."""
     text = " ".join(heading + group)
     lowered = re.sub(r"\s+", " ", text.lower())
+    stated = [_stated(part) for part in heading + group]
     return _Window(
         text,
         _flat(text),
         lowered,
         _with_synonyms(evidence_stems(lowered)),
-        _all_numbers(text),
-        frozenset(_quantities(text, smaller=True)),
-        frozenset(_bounds(text)),
+        frozenset().union(*(numbers for numbers, _, _ in stated)),
+        frozenset().union(*(quantities for _, quantities, _ in stated)),
+        frozenset().union(*(bounds for _, _, bounds in stated)),
         tuple(_polarity(piece) for part in group for piece in re.split(r"[;；]", part)),
         fact,
     )
+
+
+@lru_cache(maxsize=4096)
+def _stated(
+    sentence: str,
+) -> tuple[frozenset[str], frozenset[tuple[str, str]], frozenset[tuple[str, str]]]:
+    """A sentence's numbers, (number, unit) quantities and bounds (none without a number)."""
+    if not _ANY_DIGIT.search(sentence) and not _SPELLED.search(sentence):
+        return frozenset(), frozenset(), frozenset()
+    quantities = frozenset(_quantities(sentence, smaller=True))
+    numbers = frozenset(_numbers(sentence)) | {number for number, _ in quantities}
+    return numbers, quantities, frozenset(_bounds(sentence))
+
+
+_ANY_DIGIT = re.compile(r"\d")
 
 
 def _with_synonyms(stems: frozenset[str]) -> frozenset[str]:
@@ -1117,3 +1134,4 @@ def _flat(text: str) -> str:
 def forget_facts() -> None:
     """Drops the prepared facts, so a benchmark times a check that meets its facts afresh."""
     _fact.cache_clear()
+    _stated.cache_clear()
