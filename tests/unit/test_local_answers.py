@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator_service.answer import build_citations, clean_markers
-from orchestrator_service.models.local.answer import answer_pieces, is_title
+from orchestrator_service.models.local.answer import answer_pieces, is_title, stated_as_asked
 from orchestrator_service.models.local.grading import grade
 from orchestrator_service.models.local.support import (
     absent_names,
@@ -217,3 +217,37 @@ def test_a_chinese_resume_answer_by_place_and_an_out_of_range_one() -> None:
     assert "火" in answer("第二个：这个角色的属性是什么？", docs)
     # No fourth option: the choice stays as written and the grade asks again.
     assert grade("4：这个角色的属性是什么？", docs).route == "clarify"
+
+
+@pytest.mark.parametrize(
+    ("question", "statement"),
+    [
+        ("What is OpenSSH based on?", ("openssh is based on",)),
+        (
+            "What is the fixed parameter of bc's recursive multiplication?",
+            ("the fixed parameter is",),
+        ),
+        ("What is an event loop?", ("an event loop is",)),
+        (
+            "Why does Debian reserve the 0-99 range?",
+            ("the reason", "because", "due to", "so that", "in order to"),
+        ),
+        ("Who leads the night baking at Aurelia Bakery?", ()),
+        ("成年人每晚需要睡多久？", ()),
+    ],
+)
+def test_the_words_that_state_a_question_back(question: str, statement: tuple[str, ...]) -> None:
+    assert stated_as_asked(question) == statement
+
+
+def test_the_sentence_that_states_the_question_back_answers_it() -> None:
+    docs = [
+        {
+            "filename": "README.txt",
+            "text": "This version of OpenSSH is based upon code retrieved from the OpenBSD CVS "
+            "repository.\n\nOpenSSH is based on the last free version of Tatu Ylonen's sample "
+            "implementation.",
+        }
+    ]
+    (lead,) = answer_pieces("What is OpenSSH based on?", docs)[:1]
+    assert lead.startswith("OpenSSH is based on the last free version")

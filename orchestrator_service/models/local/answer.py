@@ -46,6 +46,9 @@ MEANING_REACH = 0.5
 TERMS_WEIGHT = 0.3
 #: "How many…", "多少…": a candidate holding a number is closer to an answer.
 NUMBER_BONUS = 0.05
+#: A sentence that says the question back as a statement (`stated_as_asked`) is weighed as
+#: if it held all the key terms a meaning comparison can make up for.
+STATEMENT_BONUS = TERMS_WEIGHT * MEANING_REACH
 #: A word of the documents' titles tells nothing about which of their sentences answers; a
 #: light verb little.
 NAME_WEIGHT = 0.0
@@ -264,6 +267,38 @@ def defined_subject(question: str) -> str:
     return subject if len(subject.split()) <= 4 and len(subject) <= 30 else ""
 
 
+#: "What is OpenSSH based on?", "What is the fixed parameter of bc's …?": the subject, and a
+#: participle with what follows it when the question ends in one.
+_ATTRIBUTE_QUESTION = re.compile(
+    r"^(?:what|who|which)\s+(?P<verb>is|are|was|were)\s+(?P<subject>.+?)"
+    r"(?:\s+(?P<tail>\w+(?:ed|en)(?:\s+\w+)?))?\s*\?*$",
+    re.IGNORECASE,
+)
+
+
+def stated_as_asked(question: str) -> tuple[str, ...]:
+    """The words a sentence answering the question states it with, lower-cased: for an
+    English "What is X …?", X (up to its "of") with the verb and a closing participle
+    ("openssh is based on", "the fixed parameter is"); for "Why …?", the words that give a
+    reason. A sentence that says the question back as a statement is its answer, where a
+    neighbour only shares its words ("This version of OpenSSH is based upon code …")."""
+    stripped = question.strip()
+    if _WHY_QUESTION.match(stripped):
+        return _REASON_WORDS
+    match = _ATTRIBUTE_QUESTION.match(stripped)
+    if not match:
+        return ()
+    subject = match["subject"].split(" of ", 1)[0].strip()
+    if len(subject.split()) > 5:
+        return ()
+    words = (subject, match["verb"], match["tail"] or "")
+    return (" ".join(part for part in words if part).lower(),)
+
+
+_WHY_QUESTION = re.compile(r"^why\b", re.IGNORECASE)
+_REASON_WORDS = ("the reason", "because", "due to", "so that", "in order to")
+
+
 def opens_with(sentence: str, subject: str) -> bool:
     """Whether `subject` is named at the start of `sentence` (a definition states it first)."""
     where = sentence.lower().find(subject.lower())
@@ -300,10 +335,15 @@ def choose_sentences(
     weights = _weights(question, terms, pool, titles)
     quantity = asks_quantity(question)
     defined = defined_subject(question)
+    statement = stated_as_asked(question)
     total = sum(weights.values()) or 1.0
 
     def share(c: _Candidate) -> float:
         return sum(weights[key] for key in c.covered) / total
+
+    def states(c: _Candidate) -> bool:
+        lowered = c.sentence.lower()
+        return any(phrase in lowered for phrase in statement)
 
     by_terms = sorted(pool, key=lambda c: (-share(c), c.rank, c.position))
     close: dict[int, float] = {}
@@ -313,6 +353,7 @@ def choose_sentences(
         # trails the best by more than MEANING_REACH cannot overtake it, so it is not encoded.
         best_share = share(by_terms[0])
         shortlist = [c for c in shortlist if share(c) >= best_share - MEANING_REACH]
+        shortlist += [c for c in by_terms if states(c) and c not in shortlist]
         scores = (
             meaning.similarities(question, [c.claim or c.sentence for c in shortlist])
             if len(shortlist) > 1
@@ -327,7 +368,8 @@ def choose_sentences(
                 close.get(id(c), 0.0)
                 + TERMS_WEIGHT * share(c)
                 + (NUMBER_BONUS if quantity and _NUMBER.search(c.claim or c.sentence) else 0.0)
-                + (NUMBER_BONUS if defined and opens_with(c.sentence, defined) else 0.0),
+                + (NUMBER_BONUS if defined and opens_with(c.sentence, defined) else 0.0)
+                + (STATEMENT_BONUS if states(c) else 0.0),
                 6,
             ),
             -c.rank,
