@@ -117,3 +117,19 @@ def test_progress_percent() -> None:
     assert ImportCounts().percent() == 0
     assert ImportCounts(total=4, new=1, unchanged=1, failed=1).percent() == 75
     assert ImportCounts(total=3, new=3).percent() == 100
+
+
+def test_a_batch_joins_the_checkpoint_with_its_counts_and_failures_capped() -> None:
+    checkpoint = ImportCheckpoint(counts=ImportCounts(total=10, new=2, skipped=1))
+    for index in range(MAX_FAILURES - 1):
+        checkpoint.fail(ImportFailed(f"file:///{index}", str(index), "INVALID_ARGUMENT", "bad"))
+    batch = ImportCheckpoint(counts=ImportCounts(new=1, replaced=2, unchanged=3, leaves_written=7))
+    batch.fail(ImportFailed("file:///a", "a", "NOT_FOUND", "gone"))
+    batch.fail(ImportFailed("file:///b", "b", "NOT_FOUND", "gone"))
+    checkpoint.absorb(batch)
+    counts = checkpoint.counts
+    assert (counts.total, counts.skipped) == (10, 1)  # the job's own, not a batch's
+    assert (counts.new, counts.replaced, counts.unchanged) == (3, 2, 3)
+    assert (counts.failed, counts.leaves_written) == (MAX_FAILURES + 1, 7)
+    assert len(checkpoint.failures) == MAX_FAILURES
+    assert checkpoint.failures[-1].document_id == "a"

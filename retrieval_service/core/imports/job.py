@@ -143,6 +143,15 @@ class ImportCheckpoint:
         if len(self.failures) < MAX_FAILURES:
             self.failures.append(failure)
 
+    def absorb(self, batch: ImportCheckpoint) -> None:
+        """Adds a finished batch's document counts and failures (its own checkpoint)."""
+        self.counts.new += batch.counts.new
+        self.counts.replaced += batch.counts.replaced
+        self.counts.unchanged += batch.counts.unchanged
+        self.counts.failed += batch.counts.failed
+        self.counts.leaves_written += batch.counts.leaves_written
+        self.failures.extend(batch.failures[: max(0, MAX_FAILURES - len(self.failures))])
+
 
 class SourceRecords(Protocol):
     """Which source brought each document in (the `import_sources` table)."""
@@ -224,7 +233,7 @@ class ImportJob:
             for failure in refused:
                 checkpoint.fail(failure)
             await self._progress.save(checkpoint)
-        running: deque[tuple[int, asyncio.Task[None]]] = deque()
+        running: deque[tuple[int, ImportCheckpoint, asyncio.Task[None]]] = deque()
         start = checkpoint.cursor
         try:
             while start < len(work) or running:
@@ -234,23 +243,27 @@ class ImportJob:
                     and not self._progress.cancel_requested
                 ):
                     batch = work[start : start + self._batch]
+                    tally = ImportCheckpoint()
                     task = asyncio.ensure_future(
-                        self._import_batch(batch, sources, previous, checkpoint)
+                        self._import_batch(batch, sources, previous, tally)
                     )
                     start += len(batch)
-                    running.append((start, task))
+                    running.append((start, tally, task))
                 if not running:
                     break  # cancelled: nothing more started
-                end, oldest = running.popleft()
+                end, tally, oldest = running.popleft()
                 await oldest
                 # The cursor moves over whole batches in listing order only, so a takeover
-                # starts at the first document that may not be committed.
+                # starts at the first document that may not be committed; a batch's counts
+                # join the checkpoint with it, never before (a batch done again after a
+                # takeover is counted once).
+                checkpoint.absorb(tally)
                 checkpoint.cursor = end
                 await self._progress.save(checkpoint)
         finally:
-            for _, task in running:
+            for _, _, task in running:
                 task.cancel()
-            await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+            await asyncio.gather(*(task for _, _, task in running), return_exceptions=True)
             await self._ingestor.seal()
         if self._progress.cancel_requested and checkpoint.cursor < len(work):
             checkpoint.cancelled = True
