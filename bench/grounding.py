@@ -42,7 +42,9 @@ async def verdicts(model: LocalModel, rows: list[dict[str, Any]]) -> tuple[list[
         answer = row["claim"]
         claims = [span.to_check(answer, len(row["facts"])) for span in claim_spans(answer)]
         start = time.perf_counter()
-        result = await model.check_grounding(claims, row["facts"])
+        result = await model.check_grounding(
+            claims, row["facts"], threshold=DEFAULT_CITATION_THRESHOLD
+        )
         seconds.append(time.perf_counter() - start)
         required = [v for v in result.claims if v.grounding_check_required]
         if not required:

@@ -38,7 +38,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 #: sentence. Hard-wrapped text fills lines to 65–80 columns; titles and labels are shorter.
 WRAP_MIN_WIDTH = 45
 _LATIN_WORD = re.compile(r"[a-z0-9]+")
-_CLAIM_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
+#: What may stand around a claim without being part of it: spaces and punctuation.
+CLAIM_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
             spans.append((start, mark.end()))
             start = mark.end()
         spans.append((start, block_end))
-    return [_trimmed(text, a, b) for a, b in spans if text[a:b].strip(_CLAIM_EDGES)]
+    return [_trimmed(text, a, b) for a, b in spans if text[a:b].strip(CLAIM_EDGES)]
 
 
 def paragraph_spans(text: str) -> list[tuple[int, int]]:
@@ -230,7 +231,7 @@ def choose_quote(claim: str, doc_text: str) -> str:
     spans = sentence_spans(doc_text)
     if not spans:
         return doc_text.strip()
-    core = claim.strip(_CLAIM_EDGES)
+    core = claim.strip(CLAIM_EDGES)
     where = doc_text.find(core) if core else -1
     if where != -1:
         inside = [(a, b) for a, b in spans if a < where + len(core) and b > where]
@@ -258,7 +259,7 @@ def cited_claims(text: str) -> list[tuple[int, str]]:
     previous_end, claim = 0, ""
     for match in MARKER.finditer(text):
         between = text[previous_end : match.start()]
-        if between.strip(_CLAIM_EDGES):
+        if between.strip(CLAIM_EDGES):
             claim = between
         previous_end = match.end()
         claims.extend((n, claim) for n in marker_numbers(match.group(1)))

@@ -15,7 +15,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator_service.answer import MARKER, marker_numbers, sentence_spans, unwrap
+from orchestrator_service.answer import (
+    CLAIM_EDGES,
+    MARKER,
+    clean_markers,
+    marker_numbers,
+    sentence_spans,
+    unwrap,
+)
 from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
 from shared.errors import InvalidArgument
 
@@ -25,10 +32,8 @@ DEFAULT_CITATION_THRESHOLD = 0.6
 MAX_FACTS = 200
 MAX_TEXT_BYTES = 32 * 1024
 
-_MARKER_WITH_SPACE = re.compile(r"[ \t]*" + MARKER.pattern)
 _SPACE_BEFORE_MARK = re.compile(r"[ \t]+(?=[。！？；，.!?;,]|$)")
 _LEADING_MARKERS = re.compile(r"(?:\s*" + MARKER.pattern + r")+")
-_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +52,8 @@ class ClaimSpan:
 
 
 def _to_check(claim: str, cited: Sequence[int], fact_count: int) -> ClaimToCheck:
-    body = _SPACE_BEFORE_MARK.sub("", unwrap(_MARKER_WITH_SPACE.sub("", claim))).strip()
+    # clean_markers with no facts removes every marker, with the spaces before it.
+    body = _SPACE_BEFORE_MARK.sub("", unwrap(clean_markers(claim, 0))).strip()
     facts = (n - 1 for n in cited if 1 <= n <= fact_count)
     return ClaimToCheck(body, tuple(dict.fromkeys(facts)))
 
@@ -62,9 +68,7 @@ def claim_spans(answer: str) -> list[ClaimSpan]:
             start = lead.end()
             while start < end and answer[start].isspace():
                 start += 1
-        if not answer[start:end].strip(_EDGES) or not MARKER.sub("", answer[start:end]).strip(
-            _EDGES
-        ):
+        if not MARKER.sub("", answer[start:end]).strip(CLAIM_EDGES):
             if bounds and start < end:  # markers alone: they belong to the claim before
                 bounds[-1][1] = end
             continue
@@ -200,24 +204,24 @@ class ClaimGate:
     next one has begun, so a kept claim can be sent on while the model still writes."""
 
     def __init__(self) -> None:
-        self._text = ""
+        self.text = ""  # everything fed so far
         self._done = 0  # character offset up to which claims were handed out
 
     def feed(self, piece: str) -> list[Settled]:
-        self._text += piece
-        spans = claim_spans(self._text)
+        self.text += piece
+        spans = claim_spans(self.text)
         return self._hand_out(spans[:-1])
 
     def finish(self) -> list[Settled]:
-        return self._hand_out(claim_spans(self._text))
+        return self._hand_out(claim_spans(self.text))
 
     def _hand_out(self, spans: list[ClaimSpan]) -> list[Settled]:
         settled = []
         for span in spans:
             if span.start < self._done:
                 continue
-            lead = self._text[self._done : span.start]
-            settled.append(Settled(span, lead, self._text[span.start : span.end]))
+            lead = self.text[self._done : span.start]
+            settled.append(Settled(span, lead, self.text[span.start : span.end]))
             self._done = span.end
         return settled
 

@@ -263,7 +263,7 @@ class InstrumentedModelClient:
         claims: Sequence[ClaimToCheck],
         facts: Sequence[str],
         *,
-        threshold: float = 0.6,
+        threshold: float,
         timeout: float | None = None,
     ) -> GroundingVerdicts:
         return await self._observe(

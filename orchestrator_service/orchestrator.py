@@ -340,7 +340,7 @@ class Orchestrator:
         written: list[str] = []
         held: list[Settled] = []  # claims needing no support, sent with the next kept one
         kept: list[tuple[ClaimSpan, ClaimVerdict]] = []
-        raw, dropped = [], 0
+        dropped = 0
 
         def send(text: str) -> None:
             if text:
@@ -377,15 +377,11 @@ class Orchestrator:
                     missing_slots=[*missing_slots, *parts.unanswered],
                     timeout=left,
                 ):
-                    clean = markers.feed(piece)
-                    raw.append(clean)
-                    await settle(gate.feed(clean))
-                clean = markers.finish()
-                raw.append(clean)
-                await settle(gate.feed(clean) + gate.finish())
+                    await settle(gate.feed(markers.feed(piece)))
+                await settle(gate.feed(markers.finish()) + gate.finish())
         except TimeoutError as exc:
             raise DeadlineExceeded("deadline exceeded while the answer was written") from exc
-        if not "".join(raw).strip():
+        if not gate.text.strip():
             raise ModelOutputInvalid(TASK_ANSWER, "the answer is empty")
         checked = len(kept) + dropped
         if not kept:

@@ -140,7 +140,7 @@ class ModelClient(Protocol):
         claims: Sequence[ClaimToCheck],
         facts: Sequence[str],
         *,
-        threshold: float = 0.6,
+        threshold: float,
         timeout: float | None = None,
     ) -> GroundingVerdicts:
         """`check_grounding`: how well each claim is supported by the facts (its `cited`

@@ -223,7 +223,7 @@ class RemoteModelClient:
         claims: Sequence[ClaimToCheck],
         facts: Sequence[str],
         *,
-        threshold: float = 0.6,
+        threshold: float,
         timeout: float | None = None,
     ) -> GroundingVerdicts:
         """The model's verdicts; a citation below `threshold` is the caller's to drop (the

@@ -69,7 +69,7 @@ class InMemoryModel:
         claims: Sequence[ClaimToCheck],
         facts: Sequence[str],
         *,
-        threshold: float = 0.6,
+        threshold: float,
         timeout: float | None = None,
     ) -> GroundingVerdicts:
         """Every claim fully supported by the facts it cites (the first fact when none): the

@@ -95,7 +95,7 @@ class LocalModel:
         claims: Sequence[ClaimToCheck],
         facts: Sequence[str],
         *,
-        threshold: float = 0.6,
+        threshold: float,
         timeout: float | None = None,
     ) -> GroundingVerdicts:
         return GroundingVerdicts(claims=check(claims, facts, threshold))
