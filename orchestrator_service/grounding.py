@@ -73,15 +73,11 @@ def claim_spans(answer: str) -> list[ClaimSpan]:
                 bounds[-1][1] = end
             continue
         bounds.append([start, end])
-    return [
-        ClaimSpan(
-            a, b, tuple(n for m in MARKER.finditer(answer, a, b) for n in marker_numbers(m[1]))
-        )
-        for a, b in bounds
-    ]
+    return [ClaimSpan(a, b, _cited(answer, a, b)) for a, b in bounds]
 
 
 def _cited(answer: str, start: int, end: int) -> tuple[int, ...]:
+    """The fact numbers the markers within answer[start:end] name, in order."""
     return tuple(n for m in MARKER.finditer(answer, start, end) for n in marker_numbers(m[1]))
 
 

@@ -204,7 +204,6 @@ _BOUNDS = (
     (re.compile(r"\b(?:no|not) (?:less|fewer|earlier|shorter|lower|smaller) than\b"), "at least"),
 )
 _ZH_NEGATIVE_VERBS = frozenset(["移除", "删除", "取消", "停止", "禁止", "缺少", "废弃"])
-_NEGATIVE_VERBS = _EN_NEGATIVE_VERBS | _ZH_NEGATIVE_VERBS
 _ZH_NEGATIVE_VERB = re.compile("(" + "|".join(_ZH_NEGATIVE_VERBS) + ")")
 _ZH_NEGATION = re.compile(r"[不没无未非勿别]")
 #: Words that start with a negation character without negating anything.
