@@ -261,6 +261,9 @@ class OneSidedRecall:
     async def delete_rows(self, level: int, pks: Sequence[str]) -> int:
         return await self._chunks.delete_rows(level, pks)
 
+    async def delete_versions(self, level: int, entries: Sequence[DocumentEntry]) -> int:
+        return await self._chunks.delete_versions(level, entries)
+
     async def delete_older(
         self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
     ) -> int:

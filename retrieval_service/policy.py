@@ -21,7 +21,7 @@ READ, WRITE, MANAGE = Permission.READ, Permission.WRITE, Permission.MANAGE
 _RETRIEVAL_SERVICE: Final = {
     "Retrieve": RpcPolicy(
         READ,
-        "knowledge_bases",
+        ("knowledge_bases", "index"),
         AuditRow(filter="filter", question="query", returned="docs.document_id"),
     ),
     "ListDocuments": RpcPolicy(READ, "knowledge_base", AuditRow(returned="documents.document_id")),
@@ -43,6 +43,12 @@ _RETRIEVAL_SERVICE: Final = {
     "CreateKnowledgeBase": RpcPolicy(MANAGE, "knowledge_base_id"),
     "UpdateKnowledgeBase": RpcPolicy(MANAGE, "knowledge_base.name"),
     "DeleteKnowledgeBase": RpcPolicy(MANAGE, "name"),
+    # Indexes (docs/api.md#indexes): building, switching and deleting one is managing its
+    # knowledge base; the switch is UpdateKnowledgeBase's.
+    "CreateIndex": RpcPolicy(MANAGE, "parent"),
+    "GetIndex": RpcPolicy(READ, "name"),
+    "ListIndexes": RpcPolicy(READ, "parent"),
+    "DeleteIndex": RpcPolicy(MANAGE, "name"),
 }
 
 #: Every RPC of the retrieval server, by full method name.

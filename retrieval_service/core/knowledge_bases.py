@@ -72,6 +72,8 @@ class KnowledgeBaseRecord:
     description: str = ""
     create_time: int = 0
     state: int = ACTIVE
+    #: The id of the index every read uses (docs/api.md#indexes).
+    active_index: str = "initial"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,10 @@ class KnowledgeBasePage:
 Purge = Callable[[str], Awaitable[int]]
 #: Called at each named step of a deletion (`versions.CRASH_POINTS`).
 Checkpoint = Callable[[str], Awaitable[None]]
+#: `activate(knowledge_base, index_name)`: the switch of its active index (`Indexes.activate`).
+Activate = Callable[[str, str], Awaitable[None]]
+#: Called with the full name of each knowledge base created (its `initial` index).
+Created = Callable[[str], Awaitable[None]]
 
 
 async def _no_checkpoint(name: str) -> None:
@@ -112,7 +118,13 @@ class KnowledgeBases:
         *,
         lease_seconds: float = 30.0,
         clock: Clock = wall_clock_ms,
+        activate: Activate | None = None,
+        on_created: Created | None = None,
     ) -> None:
+        """`activate`: switches a knowledge base's active index (None: `active_index` is not
+        updatable); `on_created`: gives a new knowledge base its initial index."""
+        self._activate = activate
+        self._on_created = on_created
         self._store = store
         self._registry = registry
         self._purge = purge
@@ -161,6 +173,8 @@ class KnowledgeBases:
         record = KnowledgeBaseRecord(name, display_name, description, int(time.time() * 1000))
         if not await self._store.create(record):  # atomic: one of concurrent creates wins
             raise AlreadyExists("knowledge_base_id", f"{name!r} already exists")
+        if self._on_created is not None:
+            await self._on_created(name)
         return KnowledgeBase(record, 0, 0)
 
     async def get(
@@ -203,13 +217,24 @@ class KnowledgeBases:
         paths: Sequence[str],
         *,
         groups: frozenset[str] | None = None,
+        active_index: str = "",
     ) -> KnowledgeBase:
+        """Changes the texts `paths` name (none: both), and with "active_index" switches the
+        active index to `active_index` first (`Indexes.activate`)."""
+        updatable = (*UPDATABLE, "active_index") if self._activate is not None else UPDATABLE
         for i, path in enumerate(paths):
-            if path not in UPDATABLE:
+            if path not in updatable:
                 raise InvalidArgument(
-                    "update_mask", f"paths[{i}] {path!r} is not one of {', '.join(UPDATABLE)}"
+                    "update_mask", f"paths[{i}] {path!r} is not one of {', '.join(updatable)}"
                 )
         name = await self.require(_named(name_text, "knowledge_base.name"), "knowledge_base.name")
+        if "active_index" in paths and self._activate is not None:
+            await self._activate(name, active_index)
+            paths = [p for p in paths if p != "active_index"]
+            if not paths:
+                return (
+                    await self._counted([await self._active(name, "knowledge_base.name")], groups)
+                )[0]
         _check_texts(
             display_name if "display_name" in set(paths or UPDATABLE) else "",
             description if "description" in set(paths or UPDATABLE) else "",

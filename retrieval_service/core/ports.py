@@ -120,6 +120,11 @@ class ChunkRepository(Protocol):
         """Deletes rows by `documents.version_pk(chunk_id, version)`; returns how many."""
         ...
 
+    async def delete_versions(self, level: int, entries: Sequence[DocumentEntry]) -> int:
+        """Deletes every row of these versions on one level, whatever chunking made them (a
+        version token names one version of one document); returns how many."""
+        ...
+
     async def delete_older(
         self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
     ) -> int:
@@ -182,6 +187,14 @@ class DocumentRegistry(Protocol):
     ) -> DocumentPage:
         """Current documents of one knowledge base in document_id order, `page_size` at a
         time."""
+        ...
+
+    async def texts(
+        self, knowledge_base: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], bytes]:
+        """The packed pages (`core/indexes/texts.py`) of each (document_id, content_sha256) of
+        one knowledge base that has them (versions ingested before texts were kept have
+        none)."""
         ...
 
     async def counts(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -16,6 +17,8 @@ import numpy as np
 from retrieval_service.core.errors import STORE_FAILURES, EmbedderUnavailable
 from retrieval_service.core.filters import parse_filter
 from retrieval_service.core.identity import DEFAULT_KB, kb_name
+from retrieval_service.core.indexes.model import parse_index_name
+from retrieval_service.core.indexes.service import ReadGroup
 from retrieval_service.core.ingest.ingestor import Require, any_well_formed
 from retrieval_service.core.merge import (
     Doc,
@@ -35,7 +38,7 @@ from retrieval_service.core.ports import (
     SearchScope,
     Telemetry,
 )
-from shared.errors import InvalidArgument
+from shared.errors import FailedPrecondition, InvalidArgument
 from shared.scores import effective_score
 from shared.text_input import check_text
 from shared.tracing import annotate, record_question, span
@@ -122,6 +125,22 @@ class RetrievalResult:
     meta: RetrievalMeta
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Knowledge bases read from one store with one embedder (one index generation)."""
+
+    knowledge_bases: tuple[str, ...]
+    store: ChunkRepository
+    embedder: Embedder
+
+    def within(self, scope: SearchScope) -> SearchScope:
+        return replace(scope, knowledge_bases=self.knowledge_bases)
+
+
+#: `reading(knowledge_bases, index)`: the index generation each knowledge base is read in.
+Reading = Callable[[tuple[str, ...], str], Awaitable[list[ReadGroup]]]
+
+
 class RetrievalPipeline:
     def __init__(
         self,
@@ -132,10 +151,14 @@ class RetrievalPipeline:
         versions: DocumentRegistry,
         require: Require = any_well_formed,
         telemetry: Telemetry = NO_TELEMETRY,
+        reading: Reading | None = None,
     ) -> None:
         """`versions`: the registry, asked for the current version of each recalled
         document; `require`: resolves the knowledge bases a request names
-        (`KnowledgeBases.require`); `telemetry`: where stage times and outcomes go."""
+        (`KnowledgeBases.require`); `telemetry`: where stage times and outcomes go;
+        `reading`: the index each knowledge base is read in (`Indexes.reading`; default:
+        `store` and `embedder` for all)."""
+        self._reading = reading
         self._telemetry = telemetry
         self._store = store
         self._require = require
@@ -152,10 +175,16 @@ class RetrievalPipeline:
             raise InvalidArgument("top_k", f"must be within 1..100, got {top_k}")
         return top_k
 
-    async def scope(self, knowledge_bases: Sequence[str], filter_text: str) -> SearchScope:
+    async def scope(
+        self, knowledge_bases: Sequence[str], filter_text: str, index: str = ""
+    ) -> SearchScope:
         """The knowledge bases (each `knowledge_bases[i]`: INVALID_ARGUMENT or NOT_FOUND;
-        none = the default) and the parsed filter (INVALID_ARGUMENT naming `filter`)."""
+        none = the default, or the knowledge base of `index`) and the parsed filter
+        (INVALID_ARGUMENT naming `filter`)."""
         parsed = parse_filter(filter_text)
+        if not knowledge_bases and index:
+            kb, _ = parse_index_name(index, "index")
+            return SearchScope((await self._require(kb, "index"),), parsed)
         if not knowledge_bases:
             return SearchScope((await self._require("", "knowledge_bases"),), parsed)
         fields = [f"knowledge_bases[{i}]" for i in range(len(knowledge_bases))]
@@ -176,15 +205,18 @@ class RetrievalPipeline:
         filter_text: str = "",
         deadline: float | None = None,
         groups: frozenset[str] | None = None,
+        index: str = "",
     ) -> RetrievalResult:
         """Recall within the named knowledge bases (none: the default) among the documents
         `filter_text` admits and `groups` may see (None: all; `SearchScope.groups`) — inside
         the search itself, so every count of the meta is of visible chunks. `deadline` (a
         `time.monotonic()` instant) bounds the query embedding; past it, DeadlineExceeded is
-        raised rather than a `failed` answer nobody waits for."""
+        raised rather than a `failed` answer nobody waits for. `index`: read this READY index
+        of its knowledge base instead of the active one (docs/api.md#indexes)."""
         top_k = self._validate(query, top_k)
         try:
-            scope = replace(await self.scope(knowledge_bases, filter_text), groups=groups)
+            scope = replace(await self.scope(knowledge_bases, filter_text, index), groups=groups)
+            sources = await self._sources(scope.knowledge_bases, index)
         except STORE_FAILURES:
             # The knowledge bases cannot be looked up: a failed recall, as when the store
             # fails later (bad names and filters were refused before the store was asked).
@@ -193,7 +225,7 @@ class RetrievalPipeline:
             pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
             result = self._failure("retrieve_failed", top_k, pool)
         else:
-            result = await self._retrieve(query, top_k, scope, deadline)
+            result = await self._retrieve(query, top_k, scope, deadline, sources)
         meta = result.meta
         self._telemetry.retrieved(meta.retrieval_mode)
         annotate(
@@ -205,17 +237,38 @@ class RetrievalPipeline:
         )
         return result
 
+    async def _sources(self, knowledge_bases: tuple[str, ...], index: str) -> list[Source]:
+        """The store and embedder each group of knowledge bases is read with."""
+        if self._reading is None:
+            if index:
+                raise FailedPrecondition("index", "this service has no indexes to choose from")
+            return [Source(knowledge_bases, self._store, self._embedder)]
+        return [
+            Source(g.knowledge_bases, g.generation.chunks, g.generation.embedder)
+            for g in await self._reading(knowledge_bases, index)
+        ]
+
     async def _retrieve(
-        self, query: str, top_k: int, scope: SearchScope, deadline: float | None
+        self,
+        query: str,
+        top_k: int,
+        scope: SearchScope,
+        deadline: float | None,
+        sources: list[Source],
     ) -> RetrievalResult:
         record_question(query)
         cfg = self.config
         pool = resolve_candidate_k(top_k, cfg.candidate_multiplier, cfg.candidate_k_raw)
         try:
             with self._telemetry.stage("embed"), span("retrieval embed", stage="embed"):
-                embedded = await self._embedder.embed_query(query, deadline=deadline)
-            # The array itself goes to the store (a sequence of floats to it).
-            vector = cast("Sequence[float]", np.asarray(embedded, dtype=np.float32))
+                vectors: dict[int, Sequence[float]] = {}
+                for source in sources:
+                    if id(source.embedder) not in vectors:
+                        embedded = await source.embedder.embed_query(query, deadline=deadline)
+                        # The array itself goes to the store (a sequence of floats to it).
+                        vectors[id(source.embedder)] = cast(
+                            "Sequence[float]", np.asarray(embedded, dtype=np.float32)
+                        )
         except EmbedderUnavailable:
             log.exception("query embedding failed")
             return self._failure("embedding_failed", top_k, pool)
@@ -225,11 +278,14 @@ class RetrievalPipeline:
                 self._telemetry.stage("recall"),
                 span("retrieval recall", stage="recall", mode="hybrid"),
             ):
-                hits = await self._current_only(
-                    lambda k: self._store.hybrid_search(cfg.leaf_level, query, vector, k, scope),
+                hits = await self._recall_all(
+                    sources,
+                    lambda s, k: s.store.hybrid_search(
+                        cfg.leaf_level, query, vectors[id(s.embedder)], k, s.within(scope)
+                    ),
                     pool.candidate_k,
                 )
-            return await self._finalize(query, hits, top_k, "hybrid", pool)
+            return await self._finalize(query, hits, top_k, "hybrid", pool, sources)
         except STORE_FAILURES:
             log.warning("hybrid recall failed, trying dense only")
 
@@ -238,14 +294,33 @@ class RetrievalPipeline:
                 self._telemetry.stage("recall"),
                 span("retrieval recall", stage="recall", mode="dense"),
             ):
-                hits = await self._current_only(
-                    lambda k: self._store.dense_search(cfg.leaf_level, vector, k, scope),
+                hits = await self._recall_all(
+                    sources,
+                    lambda s, k: s.store.dense_search(
+                        cfg.leaf_level, vectors[id(s.embedder)], k, s.within(scope)
+                    ),
                     pool.candidate_k,
                 )
-            return await self._finalize(query, hits, top_k, "dense_fallback", pool)
+            return await self._finalize(query, hits, top_k, "dense_fallback", pool, sources)
         except STORE_FAILURES:
             log.warning("dense fallback failed: retrieval_mode = failed")
             return self._failure("retrieve_failed", top_k, pool)
+
+    async def _recall_all(
+        self,
+        sources: list[Source],
+        recall: Callable[[Source, int], Awaitable[list[Doc]]],
+        candidate_k: int,
+    ) -> list[Doc]:
+        """`_current_only` in each source; hits of several generations (knowledge bases read
+        in indexes of different embedders or chunkings) are ranked together by score."""
+        if len(sources) == 1:
+            return await self._current_only(partial(recall, sources[0]), candidate_k)
+        hits: list[Doc] = []
+        for source in sources:
+            hits += await self._current_only(partial(recall, source), candidate_k)
+        hits.sort(key=lambda h: -float(h.get("score") or 0.0))
+        return hits[:candidate_k]
 
     async def _current_only(
         self, recall: Callable[[int], Awaitable[list[Doc]]], candidate_k: int
@@ -273,7 +348,7 @@ class RetrievalPipeline:
                 current[(kb, document_id)] = version
         return [h for h in hits if current.get((_kb(h), _document_id(h))) == h.get("version")]
 
-    async def _merge(self, docs: list[Doc]) -> MergeOutcome:
+    async def _merge(self, docs: list[Doc], sources: list[Source]) -> MergeOutcome:
         cfg = self.config
         if not cfg.auto_merge_enabled or not docs:
             return MergeOutcome(list(docs), cfg.auto_merge_enabled, cfg.auto_merge_threshold, 0, 0)
@@ -290,8 +365,10 @@ class RetrievalPipeline:
                     read = reads.setdefault((wanted[key] - 1, _kb(d)), {})
                     read[key] = (parent_id, str(d.get("version") or ""))
             parents: dict[str, Doc] = {}
-            for (level, _), keys in sorted(reads.items()):
-                got = await self._store.get_versioned(level, list(keys.values()))
+            stores = {kb: s.store for s in sources for kb in s.knowledge_bases}
+            for (level, kb), keys in sorted(reads.items()):
+                store = stores.get(kb, self._store)
+                got = await store.get_versioned(level, list(keys.values()))
                 parents.update({k: got[pid] for k, (pid, _) in keys.items() if pid in got})
             current, count = merge_pass(current, cfg.auto_merge_threshold, parents)
             replaced += count
@@ -299,10 +376,16 @@ class RetrievalPipeline:
         return MergeOutcome(current, True, cfg.auto_merge_threshold, replaced, steps)
 
     async def _finalize(
-        self, query: str, hits: list[Doc], top_k: int, mode: RetrievalMode, pool: CandidatePool
+        self,
+        query: str,
+        hits: list[Doc],
+        top_k: int,
+        mode: RetrievalMode,
+        pool: CandidatePool,
+        sources: list[Source],
     ) -> RetrievalResult:
         with self._telemetry.stage("merge"), span("retrieval merge", stage="merge") as traced:
-            merged = await self._merge(hits)
+            merged = await self._merge(hits, sources)
             traced.set_attribute("supermew.replaced_chunks", merged.replaced)
         ranked = [{**doc, "rrf_rank": i} for i, doc in enumerate(merged.docs, start=1)]
         with self._telemetry.stage("rerank"), span("retrieval rerank", stage="rerank") as traced:

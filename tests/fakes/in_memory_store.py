@@ -285,10 +285,13 @@ class InMemoryChunkRepository:
         await self._enter("copy_rows")
         rows = self._rows(level)
         copied = 0
-        for chunk_id in source.ids(level):
-            row = rows.get(version_pk(chunk_id, source.version))
-            if row is None:
-                continue
+        sources = [
+            (row.fields["chunk_id"], row)
+            for row in list(rows.values())
+            if row.fields["version"] == source.version
+            and row.fields["knowledge_base"] == source.knowledge_base
+        ]
+        for chunk_id, row in sources:
             fields = {
                 **row.fields,
                 "version": target.version,
@@ -310,6 +313,19 @@ class InMemoryChunkRepository:
         for pk in keys:
             rows.pop(pk, None)
         return len(keys)
+
+    async def delete_versions(self, level: int, entries: Sequence[DocumentEntry]) -> int:
+        await self._enter("delete_versions")
+        rows = self._rows(level)
+        versions = {(e.knowledge_base, e.version) for e in entries}
+        doomed = [
+            pk
+            for pk, row in rows.items()
+            if (row.fields["knowledge_base"], row.fields["version"]) in versions
+        ]
+        for pk in doomed:
+            del rows[pk]
+        return len(doomed)
 
     async def delete_older(
         self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
@@ -363,6 +379,7 @@ class InMemoryDocumentRegistry:
     def __init__(self, knowledge_bases: InMemoryKnowledgeBaseStore | None = None) -> None:
         self.faults = Faults()
         self._records: dict[tuple[str, str, str], DocumentEntry] = {}
+        self._texts: dict[tuple[str, str, str], bytes] = {}
         self._knowledge_bases = knowledge_bases
         if knowledge_bases is not None:
             knowledge_bases.on_remove.append(self._drop_knowledge_base)
@@ -381,6 +398,7 @@ class InMemoryDocumentRegistry:
             entry,
             page_counts=copy.deepcopy(entry.page_counts),
             metadata=copy.deepcopy(entry.metadata),
+            text=b"",
         )
 
     @staticmethod
@@ -407,11 +425,26 @@ class InMemoryDocumentRegistry:
                     raise NotFound("knowledge_base", f"knowledge base {name!r} does not exist")
         for entry in entries:
             self._records[self._pk(entry)] = self._copy(entry)
+            if entry.text:
+                key = (entry.knowledge_base, entry.document_id, entry.content_sha256)
+                self._texts.setdefault(key, entry.text)
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
         await self._enter("remove")
         for entry in list(entries):
             self._records.pop(self._pk(entry), None)
+        used = {(e.knowledge_base, e.document_id, e.content_sha256) for e in self._records.values()}
+        self._texts = {k: v for k, v in self._texts.items() if k in used}
+
+    async def texts(
+        self, knowledge_base: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], bytes]:
+        await self._enter("texts")
+        return {
+            (doc, sha): self._texts[(knowledge_base, doc, sha)]
+            for doc, sha in keys
+            if (knowledge_base, doc, sha) in self._texts
+        }
 
     # ---- reads -----------------------------------------------------------------------------
 

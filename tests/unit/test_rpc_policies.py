@@ -75,7 +75,9 @@ def test_every_path_a_row_names_is_a_field_of_its_messages(
         method = _method(full_name)
         request, response = method.input_type, method.output_type
         audit = policy.audit
-        in_request = [policy.knowledge_base_field, audit.filter, audit.question, *audit.deleted]
+        field = policy.knowledge_base_field
+        fields = (field,) if isinstance(field, str) or field is None else field
+        in_request = [*fields, audit.filter, audit.question, *audit.deleted]
         in_response = [audit.written, audit.returned]
         for path in filter(None, in_request):
             assert _has_path(request, path), (full_name, path)

@@ -93,6 +93,11 @@ def _delete_count(result: Any, fallback: int) -> int:
     return int(count) if count is not None else fallback
 
 
+def _version_expr(knowledge_base: str, versions: Sequence[str]) -> str:
+    """The rows of these versions of one knowledge base (its partition only)."""
+    return f"knowledge_base == {quote(knowledge_base)} and " + in_filter("version", versions)
+
+
 class ChunkStore:
     """The `ChunkRepository` port on Milvus: search, read, write and delete chunk rows by
     level. Failures arrive as the core's `StoreUnavailable` or `StoreFailed`."""
@@ -213,17 +218,18 @@ class ChunkStore:
 
     def _copy(self, client: Any, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
         # Whole rows, their vector and BM25 text included, a write batch at a time: a large
-        # document's vectors as Python floats would be hundreds of MB at once.
+        # document's vectors as Python floats would be hundreds of MB at once. The rows are
+        # found by version, not by the ids the record's counts name: an index of another
+        # chunking holds other chunks of the same version.
         write = client.insert if self._milvus.config.embedded else client.upsert
         copied = 0
-        pks = source.pks(level)
-        for start in range(0, len(pks), _WRITE_BATCH):
-            batch = pks[start : start + _WRITE_BATCH]
-            rows = client.query(
-                self._collection(level),
-                filter=in_filter("pk", batch),
-                output_fields=WRITABLE_FIELDS,
-            )
+        batches = client.query_iterator(
+            self._collection(level),
+            batch_size=_WRITE_BATCH,
+            filter=_version_expr(source.knowledge_base, [source.version]),
+            output_fields=WRITABLE_FIELDS,
+        )
+        while rows := batches.next():
             copies = [
                 {
                     **row,
@@ -239,6 +245,7 @@ class ChunkStore:
             if copies:
                 write(self._collection(level), copies)
             copied += len(copies)
+        batches.close()
         return copied
 
     async def copy_rows(self, level: int, source: DocumentEntry, target: DocumentEntry) -> int:
@@ -264,6 +271,21 @@ class ChunkStore:
             return 0
         return await self._milvus.run(self._delete, level, list(pks))
 
+    async def delete_versions(self, level: int, entries: Sequence[DocumentEntry]) -> int:
+        """Deletes every row of these versions (one delete per knowledge base and batch)."""
+        by_kb: dict[str, list[str]] = {}
+        for e in entries:
+            by_kb.setdefault(e.knowledge_base, []).append(e.version)
+        deleted = 0
+        for kb, versions in by_kb.items():
+            for start in range(0, len(versions), _READ_BATCH):
+                expr = _version_expr(kb, versions[start : start + _READ_BATCH])
+                result = await self._milvus.run(
+                    lambda client, e=expr: client.delete(self._collection(level), filter=e)
+                )
+                deleted += _delete_count(result, 0)
+        return deleted
+
     async def delete_older(
         self, level: int, document_id: str, version: str, knowledge_base: str = DEFAULT_KB
     ) -> int:
@@ -288,6 +310,25 @@ class ChunkStore:
         return _delete_count(result, 0)
 
     # ---- diagnostics -----------------------------------------------------------------------
+
+    async def document_versions(self, level: int, knowledge_base: str) -> set[tuple[str, str]]:
+        """The (document_id, version) of every row of one knowledge base on one level (a
+        scan: tests and benchmarks compare what two indexes hold)."""
+
+        def scan(client: Any) -> set[tuple[str, str]]:
+            found: set[tuple[str, str]] = set()
+            batches = client.query_iterator(
+                self._collection(level),
+                batch_size=1000,
+                filter=f"knowledge_base == {quote(knowledge_base)}",
+                output_fields=["document_id", "version"],
+            )
+            while rows := batches.next():
+                found |= {(r["document_id"], r["version"]) for r in rows}
+            batches.close()
+            return found
+
+        return await self._milvus.run(scan)
 
     async def count(self, level: int) -> int:
         rows = await self._milvus.run(

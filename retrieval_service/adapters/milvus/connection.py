@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -180,6 +180,27 @@ class MilvusStore:
         except (MilvusException, grpc.RpcError) as exc:
             raise translate(exc) from exc
         self._gate = SealGate()
+
+    def view(self, collection: str, dim: int) -> MilvusStore:
+        """The same client and seal gate over another set of chunk collections (an index
+        generation's, `collection` their base name, `dim` their vector size). Closing the
+        view closes nothing: the store it came from owns the client."""
+        view = object.__new__(MilvusStore)
+        view.config = replace(self.config, collection=collection, dim=dim)
+        view.lite = self.lite
+        view._client = self._client
+        view._gate = self._gate
+        return view
+
+    def drop_collections(self, client: Any) -> None:
+        """Drops this store's chunk collections (a generation no index uses any more)."""
+        for name in self.all_collections():
+            if client.has_collection(name):
+                log.info("dropping Milvus collection %s", name)
+                client.drop_collection(name)
+
+    def list_collections(self, client: Any) -> list[str]:
+        return list(client.list_collections())
 
     # ---- names -------------------------------------------------------------------------
 

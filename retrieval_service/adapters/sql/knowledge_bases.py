@@ -25,6 +25,7 @@ def _row(record: KnowledgeBaseRecord) -> dict[str, Any]:
         "state": record.state,
         "deleter": "",
         "deleting_until_ms": 0,
+        "active_index": record.active_index,
     }
 
 
@@ -35,6 +36,7 @@ def _record(row: Any) -> KnowledgeBaseRecord:
         description=row.description,
         create_time=int(row.create_time),
         state=int(row.state),
+        active_index=row.active_index,
     )
 
 

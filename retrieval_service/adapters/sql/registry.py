@@ -18,8 +18,13 @@ from typing import Any
 from sqlalchemy import and_, delete, func, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from retrieval_service.adapters.sql.database import Database, upsert
-from retrieval_service.adapters.sql.tables import document_versions, documents, knowledge_bases
+from retrieval_service.adapters.sql.database import Database, dialect_insert, upsert
+from retrieval_service.adapters.sql.tables import (
+    document_texts,
+    document_versions,
+    documents,
+    knowledge_bases,
+)
 from retrieval_service.core.documents import (
     COMMITTED,
     LEVELS,
@@ -39,6 +44,7 @@ from shared.errors import NotFound
 _BATCH = 500
 _V = document_versions.c
 _D = documents.c
+_T = document_texts.c
 #: The columns a scan reads (no chunk counts, metadata or fingerprint).
 _KEY_COLUMNS = (_V.knowledge_base, _V.document_id, _V.version, _V.state, _V.lease_expires_ms)
 #: ACTIVE (`core.knowledge_bases`); the only state that accepts writes.
@@ -134,7 +140,47 @@ async def write_versions(
     rows = [_version_row(e) for e in entries]
     for batch in _chunks(rows):
         await connection.execute(statement, list(batch))
+    await write_texts(db, connection, [e for e in entries if e.text])
     await refresh_documents(connection, changed)
+
+
+async def write_texts(
+    db: Database, connection: AsyncConnection, entries: Sequence[DocumentEntry]
+) -> None:
+    """Keeps each version's packed pages, once per (document, content digest)."""
+    if not entries:
+        return
+    statement = dialect_insert(db, document_texts).on_conflict_do_nothing(
+        index_elements=["knowledge_base", "document_id", "content_sha256"]
+    )
+    rows = {(e.knowledge_base, e.document_id, e.content_sha256): e.text for e in entries}
+    for (knowledge_base, document_id, sha), text_blob in rows.items():
+        await connection.execute(
+            statement,
+            {
+                "knowledge_base": knowledge_base,
+                "document_id": document_id,
+                "content_sha256": sha,
+                "pages": text_blob,
+            },
+        )
+
+
+async def drop_unused_texts(connection: AsyncConnection, changed: set[DocKey]) -> None:
+    """Removes the texts of `changed` documents that no version of theirs names any more."""
+    for knowledge_base, document_id in sorted(changed):
+        used = (
+            select(_V.content_sha256)
+            .where(_V.knowledge_base == knowledge_base, _V.document_id == document_id)
+            .scalar_subquery()
+        )
+        await connection.execute(
+            delete(document_texts).where(
+                _T.knowledge_base == knowledge_base,
+                _T.document_id == document_id,
+                _T.content_sha256.not_in(used),
+            )
+        )
 
 
 def _lock_key(key: DocKey) -> int:
@@ -222,8 +268,26 @@ class SqlDocumentRegistry:
                     )
                 )
             await refresh_documents(connection, changed)
+            await drop_unused_texts(connection, changed)
 
     # ---- reads -----------------------------------------------------------------------------
+
+    async def texts(
+        self, knowledge_base: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], bytes]:
+        """The packed pages of each (document_id, content_sha256) that has them."""
+        out: dict[tuple[str, str], bytes] = {}
+        async with self._db.read("registry_texts") as connection:
+            for batch in _chunks(list(dict.fromkeys(keys))):
+                rows = await connection.execute(
+                    select(_T.document_id, _T.content_sha256, _T.pages).where(
+                        _T.knowledge_base == knowledge_base,
+                        tuple_(_T.document_id, _T.content_sha256).in_(batch),
+                    )
+                )
+                for row in rows:
+                    out[(row.document_id, row.content_sha256)] = bytes(row.pages)
+        return out
 
     async def records(
         self, document_id: str, knowledge_base: str = DEFAULT_KB

@@ -12,6 +12,11 @@ bytes whatever the server's locale.
 - `control_plane_upgrades`: the moves of older layouts that completed (`upgrade.py`).
 - `operations`: the long-running operations (imports), their progress, outcome and the lease of
   the replica running them; `request_id` unique (AIP-155).
+- `indexes`: the indexes of each knowledge base (docs/api.md#indexes), their config, state,
+  build counts and the generation's collection base name; `knowledge_bases.active_index` is
+  the id of the one every read uses.
+- `document_texts`: each document's extracted pages, compressed, by content digest (a version
+  that changes only the metadata shares its predecessor's), what an index build re-chunks.
 - `import_sources`: which source (an import's uri) brought each document in, and the source's
   change hint (an S3 ETag, a file's size and mtime), for `delete_missing` and for skipping
   unchanged objects without reading them."""
@@ -20,9 +25,11 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -47,6 +54,7 @@ knowledge_bases = Table(
     # A DELETING record's deleter and the end of its lease (epoch ms), renewed while it purges.
     Column("deleter", String(32), nullable=False, default=""),
     Column("deleting_until_ms", BigInteger, nullable=False, default=0),
+    Column("active_index", String(64), nullable=False, default="initial"),
 )
 
 document_versions = Table(
@@ -118,4 +126,42 @@ import_sources = Table(
     Column("document_id", key_type(), primary_key=True),
     Column("source", Text, nullable=False),
     Column("hint", Text, nullable=False, default=""),
+)
+
+indexes = Table(
+    "indexes",
+    metadata,
+    Column(
+        "knowledge_base",
+        key_type(255),
+        ForeignKey("knowledge_bases.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("index_id", String(64), primary_key=True),
+    Column("embedder", String(128), nullable=False),
+    Column("dimension", Integer, nullable=False),
+    Column("chunk_size", Integer, nullable=False),
+    Column("chunk_overlap", Integer, nullable=False),
+    Column("leaf_context_header", Boolean, nullable=False),
+    Column("analyzer", String(32), nullable=False),
+    Column("collection", String(255), nullable=False),
+    Column("state", SmallInteger, nullable=False),
+    Column("documents_indexed", BigInteger, nullable=False, default=0),
+    Column("documents_total", BigInteger, nullable=False, default=0),
+    Column("create_time", BigInteger, nullable=False),
+    Column("operation", String(64), nullable=False, default=""),
+)
+
+document_texts = Table(
+    "document_texts",
+    metadata,
+    Column(
+        "knowledge_base",
+        key_type(255),
+        ForeignKey("knowledge_bases.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("document_id", key_type(), primary_key=True),
+    Column("content_sha256", String(64), primary_key=True),
+    Column("pages", LargeBinary, nullable=False),
 )

@@ -23,6 +23,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -67,6 +68,7 @@ from retrieval_service.core.ingest.versions import (
     Version,
     VersionProtocol,
     Window,
+    WriteTarget,
     no_checkpoint,
     stage,
 )
@@ -92,6 +94,45 @@ Require = Callable[[str, str], Awaitable[str]]
 async def any_well_formed(text: str, field: str) -> str:
     """A `Require` that checks the name's form only (cores built without knowledge bases)."""
     return kb_name(text, field)
+
+
+class IngestTarget(WriteTarget, Protocol):
+    """Where one ingest into a knowledge base writes (`WriteTarget`), with how its active
+    index makes chunks: the chunking and embedder its rows are made with, the texts per
+    embedding window, and the levels indexed for BM25."""
+
+    @property
+    def chunking(self) -> ChunkingConfig: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    @property
+    def window(self) -> int: ...
+
+    @property
+    def bm25_levels(self) -> frozenset[int]: ...
+
+
+#: The target of an ingest into a knowledge base (full name): its active index and the others.
+Plans = Callable[[str], Awaitable[IngestTarget]]
+
+
+@dataclass(frozen=True, slots=True)
+class _OneIndex:
+    """The target of an ingestor built without indexes: its own store, chunking and embedder."""
+
+    chunks: ChunkRepository
+    chunking: ChunkingConfig
+    embedder: Embedder
+    window: int
+    bm25_levels: frozenset[int]
+
+    async def mirror(self, versions: Sequence[Version]) -> None:
+        return None
+
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +171,8 @@ class Ingestor:
         clock: Clock = wall_clock_ms,
         telemetry: Telemetry = NO_TELEMETRY,
         draining: Draining | None = None,
+        plans: Plans | None = None,
+        lock: asyncio.Lock | None = None,
     ) -> None:
         """`load_pages` turns a document's bytes into pages; `window`: texts per embedding
         window (default `embedding_window(embedder)`); `bm25_levels`: the levels whose chunks
@@ -138,15 +181,16 @@ class Ingestor:
         lease a write holds on its unfinished records (`leases.py`); `clock`: epoch ms;
         `draining`: the server's shutdown (`shared.draining`), which waits for each ingest as
         a job and, once its grace is over, stops it between write batches (default: one that
-        never begins)."""
+        never begins); `plans`: where an ingest into a knowledge base writes, its active
+        index first (`core/indexes`; default: `chunks`, `chunking` and `embedder`, for every
+        knowledge base). With plans, `chunks` is every index's store, which deletes reach;
+        `lock`: the write lock (shared with index builds, which write under it too)."""
         self._draining = draining or Draining()
         self._load_pages = load_pages
         self._bm25_levels = frozenset(bm25_levels)
         self._registry = registry
-        self._embedder = embedder
-        self._chunking = chunking
         self._max_bytes = max_document_bytes
-        self._window = window or embedding_window(embedder)
+        window = window or embedding_window(embedder)
         self._versions = VersionProtocol(
             chunks,
             registry,
@@ -156,46 +200,53 @@ class Ingestor:
             telemetry=telemetry,
         )
         self._require = require
-        # What every version's fingerprint includes besides the document itself.
-        self._settings = [repr(chunking), embedder.name, embedder.dim]
+        fixed = _OneIndex(chunks, chunking, embedder, window, self._bm25_levels)
+        self._plans = plans
+
+        async def one_index(_kb: str) -> IngestTarget:
+            return fixed
+
+        self._plan: Plans = plans or one_index
         # One writer per process at a time; across processes, versions order the writers.
-        self._lock = asyncio.Lock()
+        self._lock = lock or asyncio.Lock()
 
     # ---- ingest ---------------------------------------------------------------------------
 
-    def _identify(self, index: int, doc: SourceDocument) -> Identified:
+    def _identify(self, index: int, doc: SourceDocument, target: IngestTarget) -> Identified:
         prefix = f"documents[{index}]"
         validate_filename(doc.filename, f"{prefix}.filename")
         file_type = resolve_file_type(doc.filename, doc.file_type, f"{prefix}.file_type")
         check_content(doc, f"{prefix}.content", self._max_bytes)
         metadata = check_metadata(doc.metadata, f"{prefix}.metadata")
         sha = hashlib.sha256(doc.content).hexdigest()
-        fingerprint = self._fingerprint(sha, metadata, doc.filename, file_type)
+        fingerprint = _fingerprint(target, sha, metadata, doc.filename, file_type)
         document_id = doc.document_id if doc.document_id is not None else doc.filename
         return Identified(index, doc, file_type, document_id, metadata, sha, fingerprint)
 
-    def _fingerprint(self, sha: str, metadata: Metadata, filename: str, file_type: str) -> str:
-        made_of = [sha, metadata, filename, file_type, *self._settings]
-        return hashlib.sha256(canonical_json(made_of).encode()).hexdigest()
-
-    def _metadata_only(self, doc: Identified, current: DocumentEntry) -> bool:
+    def _metadata_only(self, doc: Identified, current: DocumentEntry, target: IngestTarget) -> bool:
         """Whether `doc` differs from its current version in its metadata alone: the current
         fingerprint is what `doc`'s would be with the current metadata (the same bytes, file
         name and type, chunking and embedder), so its chunks and vectors would be the same."""
-        as_stored = self._fingerprint(
-            doc.content_sha256, current.metadata, doc.source.filename, doc.file_type
+        as_stored = _fingerprint(
+            target, doc.content_sha256, current.metadata, doc.source.filename, doc.file_type
         )
         return bool(current.fingerprint) and as_stored == current.fingerprint
 
-    def _identify_all(self, documents: Sequence[SourceDocument]) -> list[Identified]:
-        return [self._identify(i, d) for i, d in enumerate(documents)]
+    def _identify_all(
+        self, documents: Sequence[SourceDocument], target: IngestTarget
+    ) -> list[Identified]:
+        return [self._identify(i, d, target) for i, d in enumerate(documents)]
 
     def _parse_all(
-        self, docs: list[Identified], knowledge_base: str, skipped: set[int]
+        self,
+        docs: list[Identified],
+        knowledge_base: str,
+        skipped: set[int],
+        chunking: ChunkingConfig,
     ) -> list[Version]:
-        return [self._parse(d, knowledge_base) for d in docs if d.index not in skipped]
+        return [self._parse(d, knowledge_base, chunking) for d in docs if d.index not in skipped]
 
-    def _parse(self, doc: Identified, knowledge_base: str) -> Version:
+    def _parse(self, doc: Identified, knowledge_base: str, chunking: ChunkingConfig) -> Version:
         source = doc.source
         field = f"documents[{doc.index}].content"
         pages = self._load_pages(source.content, doc.file_type, field, source.filename)
@@ -203,7 +254,7 @@ class Ingestor:
             source.filename,
             doc.file_type,
             pages,
-            self._chunking,
+            chunking,
             knowledge_base=knowledge_base,
             document_id=doc.document_id,
             metadata=doc.metadata,
@@ -234,6 +285,7 @@ class Ingestor:
         handover: Handover[Window],
         deadline: float | None,
         progress: ProgressCounter | None,
+        target: IngestTarget,
     ) -> None:
         """Embeds the leaves of all documents in windows that span documents (a request of many
         small documents still fills every window) and hands each window to the writer. Only
@@ -252,10 +304,11 @@ class Ingestor:
         total = sum(v.doc.leaf_count for v in versions)
         if progress is not None:
             progress.advance(0)
+        embedder, size = target.embedder, target.window
         windows = embed_windows(
-            self._embedder,
+            embedder,
             texts(),
-            self._window,
+            size,
             total=total,
             on_batch=progress.advance if progress is not None else None,
             deadline=deadline,
@@ -263,9 +316,9 @@ class Ingestor:
         # The embedder's failures arrive as EmbedderUnavailable or DeadlineExceeded.
         async with contextlib.aclosing(windows):
             async for offset, vectors in windows:
-                expected = min(self._window, total - offset)
+                expected = min(size, total - offset)
                 vectors = np.asarray(vectors, dtype=np.float32)
-                if vectors.shape != (expected, self._embedder.dim):
+                if vectors.shape != (expected, embedder.dim):
                     log.error("embedder returned shape %s for %d texts", vectors.shape, expected)
                     raise EmbedderUnavailable()
                 window: Window = [(*owners.popleft(), vec) for vec in vectors]
@@ -277,6 +330,7 @@ class Ingestor:
         reports: list[tuple[int, IngestedDocument]],
         knowledge_base: str,
         lease: Lease,
+        target: IngestTarget,
     ) -> None:
         """Writes each embedded window as it arrives, together with every window already
         waiting (up to MAX_FLUSH_LEAVES leaves), and commits the documents it completes;
@@ -296,11 +350,11 @@ class Ingestor:
                     closed = True
                     break
                 taken.append(more)
-            staged, completed = stage([w for w, _ in taken], self._bm25_levels)
+            staged, completed = stage([w for w, _ in taken], target.bm25_levels)
             async with self._lock:
                 self._draining.check()  # between writes: what is committed stays whole
                 await self._require(knowledge_base, "knowledge_base")
-                await self._versions.commit(staged, completed, lease)
+                await self._versions.commit(staged, completed, lease, target)
                 unsealed += sum(map(len, staged.values()))
                 if unsealed >= SEAL_EVERY_ROWS:
                     await self._versions.seal()
@@ -352,7 +406,8 @@ class Ingestor:
         started = time.monotonic()
         kb = await self._require(knowledge_base, "knowledge_base")
         check_ingest_request(documents)
-        identified = await asyncio.to_thread(self._identify_all, documents)
+        target = await self._plan(kb)
+        identified = await asyncio.to_thread(self._identify_all, documents, target)
         del documents
         current = await self._current(identified, kb)
         refuse_hidden(current, groups)
@@ -366,10 +421,12 @@ class Ingestor:
             for d in identified
             if d.index in current
             and d.index not in unchanged
-            and self._metadata_only(d, current[d.index])
+            and self._metadata_only(d, current[d.index], target)
         ]
         skipped = set(unchanged) | {v.index for v in copies}
-        versions = await asyncio.to_thread(self._parse_all, identified, kb, skipped)
+        versions = await asyncio.to_thread(
+            self._parse_all, identified, kb, skipped, target.chunking
+        )
         # The pages hold the text now: the request's bytes need not live as long as the call
         # (a 20 MiB document's copy), unless the caller keeps them.
         del identified
@@ -380,7 +437,7 @@ class Ingestor:
             if on_progress and versions
             else None
         )
-        handover: Handover[Window] = Handover(PENDING_WINDOWS * self._window)
+        handover: Handover[Window] = Handover(PENDING_WINDOWS * target.window)
         reports: list[tuple[int, IngestedDocument]] = []
         tasks: list[asyncio.Future[None]] = []
         lease = self._versions.lease()
@@ -388,7 +445,7 @@ class Ingestor:
             # Embedding starts while the intent is recorded; nothing is written before it is.
             if versions:
                 embedder = asyncio.ensure_future(
-                    self._embed(versions, handover, deadline, progress)
+                    self._embed(versions, handover, deadline, progress, target)
                 )
                 tasks.append(embedder)
             async with self._lock:
@@ -396,9 +453,11 @@ class Ingestor:
                 await self._require(kb, "knowledge_base")
                 await self._versions.begin([*versions, *copies], lease)
             if versions:
-                writer = asyncio.ensure_future(self._write_windows(handover, reports, kb, lease))
+                writer = asyncio.ensure_future(
+                    self._write_windows(handover, reports, kb, lease, target)
+                )
                 tasks.append(writer)
-            await self._copy(copies, reports, kb, lease)
+            await self._copy(copies, reports, kb, lease, target)
             if versions:
                 await self._finish(embedder, writer, handover)
             done = dict(reports) | unchanged
@@ -426,6 +485,7 @@ class Ingestor:
         reports: list[tuple[int, IngestedDocument]],
         knowledge_base: str,
         lease: Lease,
+        target: IngestTarget,
     ) -> None:
         """Commits each metadata-only version, one document at a time, while the embedder
         and the writer run for the others (the write lock is taken per document)."""
@@ -433,7 +493,7 @@ class Ingestor:
             async with self._lock:
                 self._draining.check()
                 await self._require(knowledge_base, "knowledge_base")
-                await self._versions.copy(v, lease)
+                await self._versions.copy(v, lease, target)
             reports.append((v.index, v.report()))
 
     async def _finish(
@@ -559,6 +619,24 @@ class Ingestor:
         process's). Returns the number of records removed."""
         async with self._lock:
             return await self._versions.reconcile(sole_writer=sole_writer)
+
+
+def _fingerprint(
+    target: IngestTarget, sha: str, metadata: Metadata, filename: str, file_type: str
+) -> str:
+    """What a version is built from: the document, and the chunking and embedder of the index
+    that writes it (so a switch of index re-embeds a document at its next ingest)."""
+    embedder = target.embedder
+    made_of = [
+        sha,
+        metadata,
+        filename,
+        file_type,
+        repr(target.chunking),
+        embedder.name,
+        embedder.dim,
+    ]
+    return hashlib.sha256(canonical_json(made_of).encode()).hexdigest()
 
 
 def refuse_hidden(current: Mapping[int, DocumentEntry], groups: frozenset[str] | None) -> None:

@@ -146,7 +146,8 @@ class Lease:
             expires = self._clock() + self._ms
             records = [replace(e, lease_expires_ms=expires) for e in entries]
             await self._registry.put(*records)
-            self._held.update((_pk(r), r) for r in records)
+            # The text went in with the intent; a renewal need not send it again.
+            self._held.update((_pk(r), replace(r, text=b"")) for r in records)
             self._expires_ms = expires
         if self._task is None and not self._stopped:
             self._task = asyncio.ensure_future(self._keep())

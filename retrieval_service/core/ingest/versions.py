@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from retrieval_service.core.documents import (
 from retrieval_service.core.embedding import normalise
 from retrieval_service.core.errors import STORE_FAILURES, StoreUnavailable
 from retrieval_service.core.identity import Metadata
+from retrieval_service.core.indexes.texts import pack_pages
 from retrieval_service.core.ingest.leases import (
     AFTER_EVERY_LEASE,
     Clock,
@@ -129,6 +131,7 @@ class Version:
             size_bytes=doc.size_bytes,
             ingest_time=version_time_ms(version),
             fingerprint=doc.fingerprint,
+            text=pack_pages(doc.loaded),
         )
         return cls(doc, index, entry=entry)
 
@@ -216,6 +219,38 @@ def stage(
     return staged, completed
 
 
+class WriteTarget(Protocol):
+    """Where one ingest writes: the index whose chunking and embedder made its rows
+    (`chunks`), and every other index of the knowledge base (a build's, or one kept to switch
+    back to), which gets each completed version too, chunked and embedded its own way
+    (`core/indexes/generations.py`)."""
+
+    @property
+    def chunks(self) -> ChunkRepository: ...
+
+    async def mirror(self, versions: Sequence[Version]) -> None:
+        """Writes these versions (not yet committed) into every other index."""
+        ...
+
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
+        """Copies `source`'s rows into `target`'s version in every other index."""
+        ...
+
+
+class _NoMirror:
+    """A target that writes nothing elsewhere: a copy's commit (its rows were copied into
+    every index already)."""
+
+    def __init__(self, chunks: ChunkRepository) -> None:
+        self.chunks = chunks
+
+    async def mirror(self, versions: Sequence[Version]) -> None:
+        return None
+
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
+        return None
+
+
 class VersionProtocol:
     """The protocol's steps on the two store ports, each passing its checkpoints. The caller
     runs one step at a time per process (the ingestor's lock); across processes, versions
@@ -257,23 +292,33 @@ class VersionProtocol:
         await self._checkpoint("after_intent")
 
     async def commit(
-        self, staged: dict[int, list[StoredChunk]], completed: list[Version], lease: Lease
+        self,
+        staged: dict[int, list[StoredChunk]],
+        completed: list[Version],
+        lease: Lease,
+        target: WriteTarget | None = None,
     ) -> None:
-        """One write: the staged rows (several documents', one write per level), then the
-        commit records of the documents they complete, in one upsert (each record commits its
-        own document: a crash between two leaves each document whole, old or new). Nothing is
-        written once `lease` has lapsed (`LeaseLapsed`): another replica may be removing the
-        version."""
+        """One write: the staged rows (several documents', one write per level) into
+        `target`'s index (None: this protocol's store), the completed documents into every
+        other index `target` names (`WriteTarget.mirror`), then the commit records of the
+        documents they complete, in one upsert (each record commits its own document: a
+        crash between two leaves each document whole, old or new). Nothing is written once
+        `lease` has lapsed (`LeaseLapsed`): another replica may be removing the version."""
+        chunks = target.chunks if target is not None else self._chunks
         try:
             lease.check()
             for lvl in (3, 2, 1):  # leaves first: they are what the writer holds vectors for
                 if staged[lvl]:
-                    await self._chunks.write_chunks(lvl, staged[lvl])
+                    await chunks.write_chunks(lvl, staged[lvl])
                     await self._checkpoint(f"during_level_{lvl}")
             if not completed:
                 return
+            if target is not None:
+                await target.mirror(completed)
             await self._checkpoint("before_commit")
-            committed = [replace(v.entry, state=COMMITTED, lease_expires_ms=0) for v in completed]
+            committed = [
+                replace(v.entry, state=COMMITTED, lease_expires_ms=0, text=b"") for v in completed
+            ]
             async with lease.lock:  # no renewal of these records after their commit
                 lease.check()
                 await self._registry.put(*committed)  # the commit: these versions are current
@@ -293,18 +338,23 @@ class VersionProtocol:
         await self.settle([v.entry for v in completed])
         await self._checkpoint("after_cleanup")
 
-    async def copy(self, version: Version, lease: Lease) -> None:
+    async def copy(self, version: Version, lease: Lease, target: WriteTarget | None = None) -> None:
         """Writes a `copying` version — its source's rows of every level under the new version
-        with the new metadata, under the PENDING record `begin` wrote — then commits it as
-        `commit` does. The source is committed and current when the request read it; if
-        another writer removed some of its rows meanwhile (it replaced the document), the
-        copy is incomplete and is not committed: StoreUnavailable, the caller retries."""
+        with the new metadata, in `target`'s index and every other one it names, under the
+        PENDING record `begin` wrote — then commits it as `commit` does. The source is
+        committed and current when the request read it; if another writer removed its rows
+        meanwhile (it replaced the document), the copy is incomplete and is not committed:
+        StoreUnavailable, the caller retries."""
         source = version.source
         assert source is not None, "only a copying version is copied"
         lease.check()
+        chunks = target.chunks if target is not None else self._chunks
         for lvl in (3, 2, 1):
-            copied = await self._chunks.copy_rows(lvl, source, version.entry)
-            if copied != source.level_count(lvl):
+            copied = await chunks.copy_rows(lvl, source, version.entry)
+            # The record counts the chunks of the index that wrote it: another index's
+            # chunking has others, so only "none left" is sure to be a removal.
+            expected = source.level_count(lvl)
+            if copied != expected and (target is None or copied == 0):
                 log.warning(
                     "%s changed while its metadata was copied; nothing committed",
                     version.entry.document_id,
@@ -314,7 +364,9 @@ class VersionProtocol:
                     "metadata changed; retry"
                 )
             await self._checkpoint(f"during_level_{lvl}")
-        await self.commit({lvl: [] for lvl in LEVELS}, [version], lease)
+        if target is not None:
+            await target.mirror_copy(source, version.entry)
+        await self.commit({lvl: [] for lvl in LEVELS}, [version], lease, _NoMirror(chunks))
 
     async def seal(self) -> None:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
@@ -379,8 +431,8 @@ class VersionProtocol:
             return 0
         deleted = 0
         for lvl in LEVELS:
-            pks = [pk for e in entries for pk in e.pks(lvl)]
-            deleted += await self._chunks.delete_rows(lvl, pks)
+            # By version, not by the ids the record's counts name: every index's rows go.
+            deleted += await self._chunks.delete_versions(lvl, entries)
             if lvl == 1:
                 await self._checkpoint(checkpoint)
         await self._registry.remove(entries)
