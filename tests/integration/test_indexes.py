@@ -7,6 +7,8 @@ midway resumes."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +24,9 @@ from supermew.v1 import retrieval_pb2
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.indexes.model import parse_index_name
+from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import Service, copy_corpus, running_service
+from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +137,169 @@ async def test_build_read_switch_back_and_delete(tmp_path: Path) -> None:
             await svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="sleep", index=BIG))
         assert gone.value.code() == grpc.StatusCode.NOT_FOUND
         await asyncio.sleep(0)
+
+
+TOPICS = ["harbour", "orchard", "glacier", "library", "railway", "vineyard", "observatory"]
+
+
+def document(n: int, edition: int = 0) -> tuple[str, bytes]:
+    """A document of about 1,500 characters: long enough that 80- and 1,000-character leaves
+    cut it differently."""
+    topic = TOPICS[n % len(TOPICS)]
+    sentences = [
+        f"Note {n} edition {edition}: the {topic} keeper records entry {i} of the season, "
+        f"when the {topic} opened at {6 + i % 5} in the morning and closed at dusk."
+        for i in range(14)
+    ]
+    return f"note-{n:03}.md", " ".join(sentences).encode()
+
+
+async def rows(svc: Service, index: str) -> set[tuple[str, str]]:
+    """(chunk_id, text) of every row of every level the index holds for the default
+    knowledge base: what tells one index's chunks from the other's."""
+    record = await svc.app.indexes.get(index)
+    chunks = (await svc.app.generations.open(record)).chunks
+    assert isinstance(chunks, ChunkStore)
+    out: set[tuple[str, str]] = set()
+    for level in (1, 2, 3):
+        out |= await chunks.chunk_texts(level, DEFAULT_KB)
+    return out
+
+
+async def test_a_build_beside_live_writes_then_a_switch_under_load(tmp_path: Path) -> None:
+    second = EmbeddingsServer(32, batch_delay=0.01).start()
+    embedders = {"second": {"base_url": second.base_url, "model": "fake", "dimension": 32}}
+    try:
+        async with service(tmp_path / "kb.db", embedders=embedders) as (svc, ops):
+            await svc.ingest(*(document(n) for n in range(24)))
+            op = await create_index(svc, "second", embedder="second", chunk_size=1000)
+
+            # A client keeps ingesting, replacing and deleting while the build runs.
+            async def writer() -> int:
+                n = 24
+                while not (
+                    await ops.GetOperation(operations_pb2.GetOperationRequest(name=op.name))
+                ).done:
+                    await svc.ingest(document(n), document(n % 24, edition=n))
+                    await svc.stub.DeleteDocuments(
+                        retrieval_pb2.DeleteDocumentsRequest(document_ids=[document(n - 20)[0]])
+                    )
+                    n += 1
+                return n - 24
+
+            writes = await writer()
+            index = built(await wait(ops, op.name))
+            assert writes >= 1  # the build ran beside live writes
+            assert index.config.embedder == "second" and index.config.dimension == 32
+            name = DEFAULT_KB + "/indexes/second"
+            assert await held(svc, name) == await held(svc, INITIAL) == await current(svc)
+
+            # A steady Retrieve load through two switches: no call fails, and every answer
+            # comes from one index or the other, never both.
+            initial_rows, second_rows = await rows(svc, INITIAL), await rows(svc, name)
+            answers: list[set[tuple[str, str]]] = []
+            stop = asyncio.Event()
+
+            async def reader(question: str) -> None:
+                while not stop.is_set():
+                    reply = await svc.stub.Retrieve(
+                        retrieval_pb2.RetrieveRequest(query=question, top_k=5)
+                    )
+                    answers.append({(d.chunk_id, d.text) for d in reply.docs})
+
+            readers = [
+                asyncio.create_task(reader(f"When does the {topic} open?")) for topic in TOPICS[:3]
+            ]
+            await asyncio.sleep(0.3)
+            await activate(svc, name)
+            await asyncio.sleep(0.3)
+            await activate(svc, INITIAL)
+            await asyncio.sleep(0.3)
+            stop.set()
+            await asyncio.gather(*readers)  # any failed call raises here
+            assert answers
+            assert all(a <= initial_rows or a <= second_rows for a in answers)
+            assert any(a and a <= second_rows and not a <= initial_rows for a in answers)
+            assert any(a and a <= initial_rows and not a <= second_rows for a in answers)
+    finally:
+        second.stop()
+
+
+def test_a_build_killed_midway_resumes_where_it_was(tmp_path: Path) -> None:
+    """SIGKILL mid-build: the restarted service resumes the build from its last save (the
+    second embedder is not asked again for what was written before the kill)."""
+    first = EmbeddingsServer(DIM).start()
+    second = EmbeddingsServer(32, batch_delay=0.1).start()
+    env = {
+        **embedding_env(first),
+        "MILVUS_URI": str(tmp_path / "kb.db"),
+        "EMBEDDERS": json.dumps(
+            {"second": {"base_url": second.base_url, "model": "fake", "dimension": 32}}
+        ),
+    }
+    log = tmp_path / "service.log"
+    service = ServiceProcess(log, env)
+    try:
+        service.stub.IngestDocuments(
+            retrieval_pb2.IngestDocumentsRequest(
+                documents=[
+                    retrieval_pb2.SourceDocument(filename=f, content=c)
+                    for f, c in (document(n) for n in range(40))
+                ]
+            ),
+            timeout=120,
+        )
+        op = service.stub.CreateIndex(
+            retrieval_pb2.CreateIndexRequest(
+                parent=DEFAULT_KB,
+                index_id="second",
+                index=retrieval_pb2.Index(
+                    config=retrieval_pb2.IndexConfig(embedder="second", chunk_size=1000)
+                ),
+            ),
+            timeout=30,
+        )
+        ops = operations_pb2_grpc.OperationsStub(service.channel)
+        deadline = time.monotonic() + 120
+        while (
+            build_progress(
+                ops.GetOperation(operations_pb2.GetOperationRequest(name=op.name))
+            ).documents_indexed
+            < 8
+        ):
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        service.proc.kill()
+        assert service.wait_crashed() == -9
+        service.stop()
+        before = second.texts_embedded
+
+        service = ServiceProcess(log, env)
+        ops = operations_pb2_grpc.OperationsStub(service.channel)
+        done = ops.WaitOperation(
+            operations_pb2.WaitOperationRequest(
+                name=op.name, timeout=duration_pb2.Duration(seconds=120)
+            ),
+            timeout=130,
+        )
+        assert done.done and built(done).state == State.READY, log.read_text()[-3000:]
+        final = build_progress(done)
+        assert final.documents_indexed == final.documents_total == 40
+        assert second.texts_embedded - before < final.leaves_written
+        reply = service.stub.Retrieve(
+            retrieval_pb2.RetrieveRequest(
+                query="When does the harbour open?", index=DEFAULT_KB + "/indexes/second"
+            ),
+            timeout=30,
+        )
+        assert reply.docs
+    finally:
+        service.stop()
+        first.stop()
+        second.stop()
+
+
+def build_progress(op: operations_pb2.Operation) -> retrieval_pb2.CreateIndexMetadata:
+    out = retrieval_pb2.CreateIndexMetadata()
+    assert op.metadata.Unpack(out)
+    return out

@@ -311,24 +311,30 @@ class ChunkStore:
 
     # ---- diagnostics -----------------------------------------------------------------------
 
-    async def document_versions(self, level: int, knowledge_base: str) -> set[tuple[str, str]]:
-        """The (document_id, version) of every row of one knowledge base on one level (a
-        scan: tests and benchmarks compare what two indexes hold)."""
-
+    async def _scan(self, level: int, knowledge_base: str, a: str, b: str) -> set[tuple[str, str]]:
         def scan(client: Any) -> set[tuple[str, str]]:
             found: set[tuple[str, str]] = set()
             batches = client.query_iterator(
                 self._collection(level),
                 batch_size=1000,
                 filter=f"knowledge_base == {quote(knowledge_base)}",
-                output_fields=["document_id", "version"],
+                output_fields=[a, b],
             )
             while rows := batches.next():
-                found |= {(r["document_id"], r["version"]) for r in rows}
+                found |= {(r[a], r[b]) for r in rows}
             batches.close()
             return found
 
         return await self._milvus.run(scan)
+
+    async def document_versions(self, level: int, knowledge_base: str) -> set[tuple[str, str]]:
+        """The (document_id, version) of every row of one knowledge base on one level (a
+        scan: tests and benchmarks compare what two indexes hold)."""
+        return await self._scan(level, knowledge_base, "document_id", "version")
+
+    async def chunk_texts(self, level: int, knowledge_base: str) -> set[tuple[str, str]]:
+        """The (chunk_id, text) of every row of one knowledge base on one level (a scan)."""
+        return await self._scan(level, knowledge_base, "chunk_id", "text")
 
     async def count(self, level: int) -> int:
         rows = await self._milvus.run(
