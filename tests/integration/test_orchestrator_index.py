@@ -7,6 +7,9 @@ before any retrieval; and `ask --index` sends it from the CLI."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import grpc
 import pytest
 from supermew.v1 import orchestrator_pb2
@@ -185,5 +188,32 @@ async def test_ask_index_reaches_every_retrieval_and_its_verdict_the_terminal() 
         rc, _, err = await _cli(port, "ask", Q, "--index", "hr/e5-large")
         assert rc == 1 and "INVALID_ARGUMENT: index: must be" in err
         assert _sent(s) == [(Q, ("hr",), INDEX), ("退款？", (), INDEX)]
+    finally:
+        await s.aclose()
+
+
+async def test_a_run_naming_only_an_index_needs_read_on_the_indexs_knowledge_base(
+    tmp_path,
+) -> None:
+    keys = tmp_path / "keys.json"
+    entry = {"id": "reader", "role": "reader", "knowledge_bases": ["default"]}
+    keys.write_text(json.dumps({"keys": [{**entry, "sha256": hashlib.sha256(b"k").hexdigest()}]}))
+    s = await start_stack(
+        ModelScript().add("evidence_grade", Q, ANSWER),
+        RetrievalScript().add(Q, [DOC]),
+        auth_keys_file=str(keys),
+    )
+    try:
+        metadata = (("authorization", "Bearer k"),)
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await s.stub.Run(_run(Q, kbs=()), metadata=metadata)
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert denied.value.details() == (
+            'permission "read" on knowledge base "hr" is not granted to this key'
+        )
+        assert s.retrieval.sent == []
+        # The default knowledge base's own index is the key's to read.
+        await s.stub.Run(_run(Q, "knowledge_bases/default/indexes/v2", kbs=()), metadata=metadata)
+        assert _sent(s) == [(Q, (), "knowledge_bases/default/indexes/v2")]
     finally:
         await s.aclose()

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator_service.conversation import Turn
 from orchestrator_service.graph import build_graphs
-from orchestrator_service.models.base import TASK_COMPLEXITY, TASK_GRADE, TASK_REWRITE
+from orchestrator_service.models.base import (
+    TASK_COMPLEXITY,
+    TASK_CONDENSE,
+    TASK_GRADE,
+    TASK_REWRITE,
+)
 from orchestrator_service.orchestrator import Orchestrator, check_scope, searched_kb_ids
 from orchestrator_service.runtime import RetrievalScope
 from shared.errors import InvalidArgument
 from shared.index_names import index_kb_id, index_kb_name, is_index_name
 from tests.fakes.in_memory import InMemoryModel, InMemoryRetriever
-from tests.fakes.model_server import complexity, grade, rewrite
+from tests.fakes.model_server import complexity, condense, grade, rewrite
 from tests.fakes.retrieval_servicer import chunk
 
 INDEX = "knowledge_bases/hr/indexes/e5-large-v2"
@@ -135,4 +141,26 @@ async def test_the_rewrites_retrieval_reads_the_index_too() -> None:
     assert outcome.route == "answer"
     assert TASK_REWRITE in {task for task, _ in model.calls}
     assert len(retriever.queries) == 2
+    assert retriever.scopes == [scope, scope]
+
+
+async def test_a_conversations_retrieval_and_a_resumes_read_the_scope_given() -> None:
+    def decide(task: str, question: str):
+        if task == TASK_CONDENSE:
+            return condense("How long is annual leave at the Berlin office?")
+        if task == TASK_COMPLEXITY:
+            return complexity("simple")
+        return grade("strong", "sufficient", "answer")
+
+    core, _, retriever = _core(decide)
+    scope = RetrievalScope(("hr",), index=INDEX)
+    history = [Turn("Which office has the longest leave?", "Berlin.")]
+    outcome = await core.run("And how long is it?", scope=scope, history=history)
+    assert outcome.standalone_question == "How long is annual leave at the Berlin office?"
+    snapshot = {
+        "question": "How long is leave?",
+        "route": "clarify",
+        "retrieval_status": "needs_clarification",
+    }
+    await core.resume(snapshot, "annual leave", scope=scope, history=history)
     assert retriever.scopes == [scope, scope]
