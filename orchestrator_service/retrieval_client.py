@@ -149,10 +149,11 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
     grpc.StatusCode.UNKNOWN: _internal,
     # The query is text this system produced (a rewrite, a merged clarification), and top_k
     # comes from our settings: a rejection is our failure, not the caller's invalid argument.
-    # (A rejected `filter` or `knowledge_bases` is the caller's: see CALLERS_ERRORS.)
+    # (A rejected `filter`, `knowledge_bases` or `index` is the caller's: see CALLERS_ERRORS.)
     grpc.StatusCode.INVALID_ARGUMENT: _internal,
     grpc.StatusCode.DEADLINE_EXCEEDED: _deadline,
-    # Retrieve names no resource of its own but the caller's knowledge bases (CALLERS_ERRORS).
+    # Retrieve names no resource of its own but the caller's knowledge bases and index
+    # (CALLERS_ERRORS).
     grpc.StatusCode.NOT_FOUND: _internal,
     grpc.StatusCode.ALREADY_EXISTS: _internal,
     grpc.StatusCode.PERMISSION_DENIED: _denied,
