@@ -43,7 +43,7 @@ from orchestrator_service.steps import NULL_SINK, StepSink
 from orchestrator_service.synthesis import MissingParts, missing_parts
 from shared.access import kb_id_named
 from shared.errors import DeadlineExceeded, InvalidArgument, ModelOutputInvalid
-from shared.index_names import INDEX_NAME
+from shared.index_names import INDEX_NAME, NAME_RULE
 from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
 from shared.text_input import check_text
@@ -110,9 +110,7 @@ def check_scope(scope: RetrievalScope) -> None:
         return
     match = INDEX_NAME.fullmatch(scope.index)
     if match is None:
-        raise InvalidArgument(
-            "index", "must be knowledge_bases/{kb}/indexes/{id}, each id [a-z][a-z0-9-]{0,62}"
-        )
+        raise InvalidArgument("index", NAME_RULE)
     named = {kb_id_named(name) for name in scope.knowledge_bases}
     if named and match["kb"] not in named:
         raise InvalidArgument(

@@ -14,6 +14,8 @@ INDEXES_SEGMENT: Final = "/indexes/"
 #: Both ids follow the same rule: `[a-z][a-z0-9-]{0,62}`.
 _ID = r"[a-z][a-z0-9-]{0,62}"
 INDEX_NAME: Final = re.compile(rf"{KB_PREFIX}(?P<kb>{_ID}){INDEXES_SEGMENT}(?P<index>{_ID})")
+#: What an InvalidArgument about a malformed index name says after the field.
+NAME_RULE: Final = "must be knowledge_bases/{kb}/indexes/{id}, each id [a-z][a-z0-9-]{0,62}"
 
 
 def is_index_name(text: str) -> bool:

@@ -28,7 +28,7 @@ from orchestrator_service.evaluation.results import judgement_and_outcome
 from orchestrator_service.evaluation.store import EvaluationStore, RunRecord, SetRecord, StoredItem
 from shared.access import Permission, kb_id_named
 from shared.errors import FailedPrecondition, InvalidArgument, NotFound
-from shared.index_names import index_kb_id, index_kb_name, is_index_name
+from shared.index_names import NAME_RULE, index_kb_id, index_kb_name, is_index_name
 from shared.operations import Access, OperationState
 from shared.paging import page_size_of
 from shared.sql.operations import NewOperation, SqlOperationStore
@@ -64,10 +64,7 @@ def check_config(config: RunConfig) -> RunConfig:
     if config.concurrency is not None and not 1 <= config.concurrency <= 16:
         raise InvalidArgument("config.concurrency", "must be 1..16")
     if config.index and not is_index_name(config.index):
-        raise InvalidArgument(
-            "config.index",
-            "must be knowledge_bases/{kb}/indexes/{id}, each id [a-z][a-z0-9-]{0,62}",
-        )
+        raise InvalidArgument("config.index", NAME_RULE)
     return config
 
 
