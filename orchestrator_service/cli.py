@@ -1,7 +1,7 @@
 """The command line of the orchestrator, calling its RPCs at localhost:ORCHESTRATOR_PORT:
 
-    python -m orchestrator_service ask "问题" [--kb ID]... [--filter EXPR] [--stream] [--json]
-        [--no-answer] [--history FILE]
+    python -m orchestrator_service ask "问题" [--kb ID]... [--filter EXPR] [--index NAME]
+        [--stream] [--json] [--no-answer] [--history FILE]
     python -m orchestrator_service ask --chat ["first question"] [--history FILE] [options]
     python -m orchestrator_service resume --snapshot FILE --answer "补充" [--kb ID]...
         [--filter EXPR] [--stream] [--json] [--history FILE]
@@ -17,6 +17,9 @@ command, flags included, that answers its clarification.
 
 `--kb` (repeatable; an id or a full `knowledge_bases/{id}` name) and `--filter` (AIP-160,
 docs/api.md#filters) limit every retrieval of the run; a resume is given the same ones again.
+`ask --index knowledge_bases/{kb}/indexes/{id}` makes every retrieval of the run read that
+READY index instead of its knowledge base's active one (RunRequest.index, docs/api.md#indexes);
+a resume has no index to send (ResumeRequest carries none), so it reads the active indexes.
 
 TLS: `--tls-ca FILE` (or `--tls` for the system's roots), and `--tls-cert FILE --tls-key FILE`
 when the server requires client certificates (mTLS).
@@ -288,6 +291,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a prompt loop keeping the conversation's history across questions",
     )
+    ask.add_argument(
+        "--index",
+        default="",
+        metavar="NAME",
+        help="read this READY index (knowledge_bases/KB/indexes/ID) instead of the active one",
+    )
     resume = sub.add_parser("resume", parents=[common], help="answer an HITL follow-up")
     resume.add_argument("--snapshot", required=True, help="JSON file from `ask --json` (- = stdin)")
     resume.add_argument("--answer", required=True, help="the user's reply")
@@ -325,6 +334,20 @@ async def _call(args: argparse.Namespace, settings: OrchestratorSettings) -> dic
         )
 
 
+def run_request(
+    args: argparse.Namespace, question: str, history: Sequence[Turn]
+) -> orchestrator_pb2.RunRequest:
+    """The RunRequest of `ask` for one question of the conversation `history`."""
+    return orchestrator_pb2.RunRequest(
+        question=question,
+        generate_answer=not args.no_answer,
+        knowledge_bases=args.kb,
+        filter=args.filter,
+        history=_turns(history),
+        index=args.index,
+    )
+
+
 async def _ask(
     stub: orchestrator_pb2_grpc.OrchestratorServiceStub,
     args: argparse.Namespace,
@@ -332,13 +355,7 @@ async def _ask(
     question: str,
     history: tuple[Turn, ...] | list[Turn],
 ) -> dict[str, Any]:
-    request = orchestrator_pb2.RunRequest(
-        question=question,
-        generate_answer=not args.no_answer,
-        knowledge_bases=args.kb,
-        filter=args.filter,
-        history=_turns(history),
-    )
+    request = run_request(args, question, history)
     return await _send(args, metadata, request, stub.Run, stub.StreamRun)
 
 

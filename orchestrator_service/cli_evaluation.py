@@ -4,7 +4,8 @@ docs/api.md#evaluation), registered on `python -m orchestrator_service` by cli.p
     eval sets list | create ID [--display-name N] [--kb KB]... [--filter F] | get ID | delete ID
     eval import SET (--beir FOLDER [--split train|test] | --jsonl FILE)
     eval run SET [--mode retrieval|run] [--top-k N] [--generate-answer] [--concurrency N]
-        [--no-wait]
+        [--index NAME] [--no-wait]
+    eval runs SET
     eval results SET/RUN [--worst N] [--metric ndcg@10]
     eval compare SET/RUN_A SET/RUN_B
     eval report SET/RUN [--against SET/RUN] --html FILE
@@ -15,6 +16,11 @@ docs/api.md#evaluation), registered on `python -m orchestrator_service` by cli.p
 
 A set is its id or `evaluation_sets/{id}`; an evaluation run `SET/RUN_ID` or its full name; a
 recorded run its id or `runs/{id}`; feedback `RUN_ID/ID` or `runs/{run}/feedback/{id}`.
+`--index knowledge_bases/{kb}/indexes/{id}` runs the set against that READY index of one of
+its knowledge bases instead of the active one (RunConfig.index, docs/api.md#indexes), to
+compare two indexes before a switch; `eval runs`, a finished run and `eval compare` show each
+run's index ("active" when it read the active ones).
+
 Address, key (SUPERMEW_API_KEY, else AUTH_TOKEN) and TLS flags are those of `ask`; a failed
 call prints one line (`error: STATUS: details`) and exits 1, a bad argument or file exits 2."""
 
@@ -166,6 +172,8 @@ def run_request(args: argparse.Namespace) -> E.RunEvaluationRequest:
         config.top_k = args.top_k
     if args.concurrency is not None:
         config.concurrency = args.concurrency
+    if args.index:
+        config.index = args.index
     return E.RunEvaluationRequest(evaluation_set=set_name(args.set), config=config)
 
 
@@ -264,7 +272,15 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--top-k", type=_positive)
     p.add_argument("--generate-answer", action="store_true")
     p.add_argument("--concurrency", type=_positive)
+    p.add_argument(
+        "--index",
+        metavar="NAME",
+        help="read this READY index (knowledge_bases/KB/indexes/ID) instead of the active one",
+    )
     p.add_argument("--no-wait", action="store_true", help="print the run's name and return")
+
+    p = command(ev_sub, "runs", runs_of_set, "a set's runs with their config, newest first")
+    p.add_argument("set")
 
     p = command(ev_sub, "results", results, "a run's per-item results")
     p.add_argument("run", help="SET/RUN_ID or evaluation_sets/SET/runs/RUN_ID")
@@ -513,11 +529,51 @@ def follow(
             operation = c.call(c.operations.WaitOperation, wait, c.timeout + POLL_SECONDS)
 
 
+def index_shown(config: E.RunConfig) -> str:
+    """The index a run read: its name, or "active" for each knowledge base's active index."""
+    return config.index or "active"
+
+
 def print_run(r: E.EvaluationRun, out: TextIO) -> None:
     state = E.EvaluationRun.State.Name(r.state)
     print(f"run:    {r.name} ({state})", file=out)
+    print(f"index:  {index_shown(r.config)}", file=out)
     print(f"items:  {r.items_done}/{r.items_total} done, {r.items_failed} failed", file=out)
     table(("metric", "value"), [(n, r.metrics[n]) for n in ordered_metrics(r.metrics)], out)
+
+
+_RUN_HEADERS = ("run", "state", "mode", "top_k", "index", "items", "failed", "created")
+
+
+def _run_row(r: E.EvaluationRun) -> list[object]:
+    return [
+        r.name.rsplit("/", 1)[-1],
+        E.EvaluationRun.State.Name(r.state).lower(),
+        E.RunConfig.Mode.Name(r.config.mode).lower(),
+        r.config.top_k if r.config.HasField("top_k") else "—",
+        index_shown(r.config),
+        f"{r.items_done}/{r.items_total}",
+        r.items_failed,
+        r.create_time.ToJsonString() if r.HasField("create_time") else "—",
+    ]
+
+
+def runs_of_set(c: Clients, args: argparse.Namespace) -> int:
+    def fetch(token: str) -> tuple[list[E.EvaluationRun], str]:
+        page = c.call(
+            c.evaluation.ListEvaluationRuns,
+            E.ListEvaluationRunsRequest(
+                parent=set_name(args.set), page_size=PAGE, page_token=token
+            ),
+        )
+        return list(page.evaluation_runs), page.next_page_token
+
+    found = list(_pages(fetch))
+    if args.json:
+        _print_json([_dict(r) for r in found])
+    else:
+        table(_RUN_HEADERS, [_run_row(r) for r in found], sys.stdout)
+    return 0
 
 
 def _results(c: Clients, run_name: str) -> list[E.EvaluationResult]:
@@ -563,7 +619,10 @@ def compare(c: Clients, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_dict(done))
         return 0
-    print(f"a: {request.a}\nb: {request.b}\nitems paired: {done.items_paired}")
+    for label, name in (("a", request.a), ("b", request.b)):
+        run = c.call(c.evaluation.GetEvaluationRun, E.GetEvaluationRunRequest(name=name))
+        print(f"{label}: {name} (index: {index_shown(run.config)})")
+    print(f"items paired: {done.items_paired}")
     by_name = {row.metric: row for row in done.metrics}
     table(
         ("metric", "a", "b", "diff", "95% CI", "won/lost/tied"),

@@ -43,6 +43,7 @@ from orchestrator_service.steps import NULL_SINK, StepSink
 from orchestrator_service.synthesis import MissingParts, missing_parts
 from shared.access import kb_id_named
 from shared.errors import DeadlineExceeded, InvalidArgument, ModelOutputInvalid
+from shared.index_names import INDEX_NAME, NAME_RULE
 from shared.lang import is_chinese
 from shared.normalize import normalize_rag_trace
 from shared.text_input import check_text
@@ -75,10 +76,24 @@ MAX_KNOWLEDGE_BASES = 16
 MAX_FILTER_CHARS = 2048
 
 
+def searched_kb_ids(scope: RetrievalScope) -> tuple[str, ...]:
+    """The ids of the knowledge bases a run searches, each once: those it names, else the
+    knowledge base of its `index` (a run naming only an index reads that index's knowledge
+    base), else the default one."""
+    names = scope.knowledge_bases
+    if not names:
+        match = INDEX_NAME.fullmatch(scope.index)
+        names = (match["kb"] if match else "",)
+    return tuple(dict.fromkeys(kb_id_named(name) for name in names))
+
+
 def check_scope(scope: RetrievalScope) -> None:
-    """The light checks of a run's knowledge bases and filter, naming the field; retrieval
-    judges the rest (unknown names, the filter's grammar) and its verdict is passed through
-    (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails)."""
+    """The light checks of a run's knowledge bases, filter and index, naming the field;
+    retrieval judges the rest (unknown names, the filter's grammar, an index that does not
+    exist or is not READY) and its verdict is passed through
+    (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails). An index must be
+    `knowledge_bases/{kb}/indexes/{id}` of one of the knowledge bases the run names (any,
+    when it names none)."""
     count = len(scope.knowledge_bases)
     if count > MAX_KNOWLEDGE_BASES:
         raise InvalidArgument(
@@ -90,6 +105,16 @@ def check_scope(scope: RetrievalScope) -> None:
     if len(scope.filter) > MAX_FILTER_CHARS:
         raise InvalidArgument(
             "filter", f"is {len(scope.filter)} characters, at most {MAX_FILTER_CHARS}"
+        )
+    if not scope.index:
+        return
+    match = INDEX_NAME.fullmatch(scope.index)
+    if match is None:
+        raise InvalidArgument("index", NAME_RULE)
+    named = {kb_id_named(name) for name in scope.knowledge_bases}
+    if named and match["kb"] not in named:
+        raise InvalidArgument(
+            "index", f"is an index of knowledge_bases/{match['kb']}, which this run does not name"
         )
 
 
@@ -203,7 +228,8 @@ class Orchestrator:
         """H0–H2: validate the snapshot, build q*, targeted retrieval and one grading; then the
         answer as for `run`. `scope` is not in the snapshot: the caller sends the run's
         knowledge bases and filter again, as it sends `generate_answer` and `history` (with
-        which q* is condensed before the retrieval, as in `run`)."""
+        which q* is condensed before the retrieval, as in `run`). ResumeRequest has no
+        `index`: a resumed retrieval reads the active indexes."""
         snapshot = ResumeSnapshot.from_mapping(resume_state)
         self._check_text("user_answer", user_answer)
         check_scope(scope)
@@ -253,9 +279,7 @@ class Orchestrator:
                 kind=kind,
                 question=asked,
                 standalone_question=outcome.standalone_question,
-                knowledge_bases=tuple(
-                    dict.fromkeys(kb_id_named(kb) for kb in scope.knowledge_bases or ("",))
-                ),
+                knowledge_bases=searched_kb_ids(scope),
                 filter=scope.filter,
                 route=outcome.route,
                 retrieval_status=outcome.retrieval_status,

@@ -2,8 +2,9 @@
 caller's deadline and translates every status retrieval can answer with into a domain error
 (docs/api.md#status-codes), so no downstream status leaks to the orchestrator's caller as if
 it were about the caller's own request — except when it is: retrieval's verdict on the
-`knowledge_bases` and `filter` the caller sent is passed on as the caller's NOT_FOUND or
-INVALID_ARGUMENT naming that field. What is the caller's is decided from retrieval's typed
+`knowledge_bases`, `filter` and `index` the caller sent is passed on as the caller's NOT_FOUND
+or INVALID_ARGUMENT (and, for an index that is not READY, FAILED_PRECONDITION) naming that
+field. What is the caller's is decided from retrieval's typed
 details (its ErrorInfo and BadRequest, shared/error_details.py), never from its message text;
 a status without them is decided by its code alone. The channel retries an UNAVAILABLE
 Retrieve (it is idempotent) within the call's deadline, and every query is cut to the length
@@ -28,6 +29,7 @@ from shared.errors import (
     DeadlineExceeded,
     DependencyUnavailable,
     DomainError,
+    FailedPrecondition,
     InternalFailure,
     InvalidArgument,
     NotFound,
@@ -102,22 +104,34 @@ def _internal(limit: CallLimit) -> DomainError:
 # with whether it is repeated (then retrieval's ErrorInfo may name one element,
 # "knowledge_bases[1]"). A verdict on any other field (the query, top_k) is about text or
 # settings of our own.
-CALLERS_FIELDS: dict[str, bool] = {"knowledge_bases": True, "filter": False}
+CALLERS_FIELDS: dict[str, bool] = {"knowledge_bases": True, "filter": False, "index": False}
 
 # The caller's own errors: a status whose ErrorInfo has this error's reason and names one of
 # CALLERS_FIELDS is passed on as this error, naming that field
 # (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails).
-CALLERS_ERRORS: dict[grpc.StatusCode, type[NotFound] | type[InvalidArgument]] = {
-    # An unknown (or just deleted) knowledge base.
+CALLERS_ERRORS: dict[
+    grpc.StatusCode, type[NotFound] | type[InvalidArgument] | type[FailedPrecondition]
+] = {
+    # An unknown (or just deleted) knowledge base or index.
     grpc.StatusCode.NOT_FOUND: NotFound,
-    # A malformed filter, or a knowledge base name that is not one.
+    # A malformed filter, a knowledge base name that is not one, an index name that is not
+    # one or is of another knowledge base.
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    # An index the caller chose that is not READY (still building, failed, being deleted).
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+}
+
+# The CALLERS_ERRORS that are the caller's only about some of CALLERS_FIELDS: a
+# FAILED_PRECONDITION about the index is the caller's choice of an index not READY; about any
+# other field it is retrieval's store not fitting its configuration (ours, INTERNAL).
+CALLERS_ONLY_ABOUT: dict[grpc.StatusCode, frozenset[str]] = {
+    grpc.StatusCode.FAILED_PRECONDITION: frozenset({"index"}),
 }
 
 
 def is_callers_field(field: str | None) -> bool:
     """Whether an ErrorInfo's `field` names a field the caller sent (CALLERS_FIELDS):
-    `knowledge_bases`, `knowledge_bases[i]` or `filter`."""
+    `knowledge_bases`, `knowledge_bases[i]`, `filter` or `index`."""
     name, bracket, rest = (field or "").partition("[")
     repeated = CALLERS_FIELDS.get(name)
     if repeated is None or not bracket:
@@ -135,15 +149,17 @@ DOWNSTREAM_ERRORS: dict[grpc.StatusCode, Callable[[CallLimit], DomainError]] = {
     grpc.StatusCode.UNKNOWN: _internal,
     # The query is text this system produced (a rewrite, a merged clarification), and top_k
     # comes from our settings: a rejection is our failure, not the caller's invalid argument.
-    # (A rejected `filter` or `knowledge_bases` is the caller's: see CALLERS_ERRORS.)
+    # (A rejected `filter`, `knowledge_bases` or `index` is the caller's: see CALLERS_ERRORS.)
     grpc.StatusCode.INVALID_ARGUMENT: _internal,
     grpc.StatusCode.DEADLINE_EXCEEDED: _deadline,
-    # Retrieve names no resource of its own but the caller's knowledge bases (CALLERS_ERRORS).
+    # Retrieve names no resource of its own but the caller's knowledge bases and index
+    # (CALLERS_ERRORS).
     grpc.StatusCode.NOT_FOUND: _internal,
     grpc.StatusCode.ALREADY_EXISTS: _internal,
     grpc.StatusCode.PERMISSION_DENIED: _denied,
     grpc.StatusCode.RESOURCE_EXHAUSTED: _exhausted,
-    # Retrieval's store does not fit its configuration: an operator's problem, not the caller's.
+    # Retrieval's store does not fit its configuration: an operator's problem, not the caller's
+    # (an index the caller chose that is not READY is theirs: see CALLERS_ERRORS).
     grpc.StatusCode.FAILED_PRECONDITION: _internal,
     grpc.StatusCode.ABORTED: _internal,
     grpc.StatusCode.OUT_OF_RANGE: _internal,
@@ -166,8 +182,9 @@ def translate(
     details `info` (docs/api.md#error-details; None: it had none) under `limit`:
 
     - the caller's own error (CALLERS_ERRORS) when `info` has that error's reason and names a
-      field the caller sent, with that field and retrieval's words about it (the BadRequest's
-      description; for a NOT_FOUND, `details` after "field: ");
+      field the caller sent (for a code in CALLERS_ONLY_ABOUT, one of the fields listed
+      there), with that field and retrieval's words about it (the BadRequest's description;
+      else `details` after "field: ");
     - RESOURCE_EXHAUSTED with retrieval's message (it says when to retry) when the reason is
       QUOTA_SPENT: retrieval refused the caller's own key;
     - else the status's entry in DOWNSTREAM_ERRORS.
@@ -177,10 +194,12 @@ def translate(
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and info.reason == QUOTA_SPENT_REASON:
             return ResourceExhausted(details)
         callers, field = CALLERS_ERRORS.get(code), info.field
+        only = CALLERS_ONLY_ABOUT.get(code)
         if (
             callers is not None
             and info.reason == ERROR_REASONS[callers]
             and is_callers_field(field)
+            and (only is None or field in only)
         ):
             assert field is not None  # is_callers_field says so
             message = info.description
@@ -257,7 +276,10 @@ class RetrievalClient:
             log.debug("query of %d characters cut to %d", len(query), self._max_query_chars)
             query = query[: self._max_query_chars]
         request = retrieval_pb2.RetrieveRequest(
-            query=query, knowledge_bases=scope.knowledge_bases, filter=scope.filter
+            query=query,
+            knowledge_bases=scope.knowledge_bases,
+            filter=scope.filter,
+            index=scope.index,
         )
         if top_k is not None:
             request.top_k = top_k

@@ -26,11 +26,13 @@ class Retrieval:
 @dataclass(frozen=True, slots=True)
 class RetrievalScope:
     """What every Retrieve of one run searches (docs/api.md#knowledge-bases): the caller's
-    `knowledge_bases` (empty = the default one) and AIP-160 `filter` (docs/api.md#filters;
-    "" admits every document). Retrieval judges both; the orchestrator passes them on."""
+    `knowledge_bases` (empty = the default one), AIP-160 `filter` (docs/api.md#filters;
+    "" admits every document) and `index` (docs/api.md#indexes; "" = each knowledge base's
+    active index). Retrieval judges all three; the orchestrator passes them on."""
 
     knowledge_bases: tuple[str, ...] = ()
     filter: str = ""
+    index: str = ""
 
 
 #: A run that names no knowledge base and no filter: the default knowledge base, unfiltered.

@@ -15,10 +15,10 @@ from supermew.v1 import orchestrator_pb2, orchestrator_pb2_grpc, trace_pb2
 from orchestrator_service.answer import Answer
 from orchestrator_service.conversation import Turn
 from orchestrator_service.grounding import Grounding
-from orchestrator_service.orchestrator import Orchestrator, RunOutcome
+from orchestrator_service.orchestrator import Orchestrator, RunOutcome, searched_kb_ids
 from orchestrator_service.runtime import RetrievalScope
 from orchestrator_service.steps import RECEIVED, QueueStepSink, Step, in_english
-from shared.access import Permission, current_principal, kb_id_named
+from shared.access import Permission, current_principal
 from shared.codec import (
     chunk_to_proto,
     hitl_state_from_proto,
@@ -101,12 +101,15 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
 
 
 def _scope(request: orchestrator_pb2.RunRequest | orchestrator_pb2.ResumeRequest) -> RetrievalScope:
-    """The run's knowledge bases and filter, once the caller may read every knowledge base
-    named (docs/api.md#api-keys); retrieval checks them again with the caller's own key."""
+    """The run's knowledge bases, filter and index (RunRequest only), once the caller may read
+    every knowledge base the run searches (docs/api.md#api-keys); retrieval checks them again
+    with the caller's own key."""
+    index = request.index if isinstance(request, orchestrator_pb2.RunRequest) else ""
+    scope = RetrievalScope(tuple(request.knowledge_bases), request.filter, index)
     caller = current_principal()
-    for name in request.knowledge_bases or [""]:
-        caller.require(Permission.READ, kb_id_named(name))
-    return RetrievalScope(tuple(request.knowledge_bases), request.filter)
+    for kb_id in searched_kb_ids(scope):
+        caller.require(Permission.READ, kb_id)
+    return scope
 
 
 def _history(

@@ -83,6 +83,7 @@ def config_from_proto(pb: evaluation_pb2.RunConfig) -> RunConfig:
         top_k=pb.top_k if pb.HasField("top_k") else None,
         generate_answer=pb.generate_answer,
         concurrency=pb.concurrency if pb.HasField("concurrency") else None,
+        index=pb.index,
     )
 
 
@@ -90,6 +91,7 @@ def config_to_proto(config: RunConfig) -> evaluation_pb2.RunConfig:
     pb = evaluation_pb2.RunConfig(
         mode=_MODE.RUN if config.mode == "RUN" else _MODE.RETRIEVAL,
         generate_answer=config.generate_answer,
+        index=config.index,
     )
     if config.top_k is not None:
         pb.top_k = config.top_k

@@ -101,6 +101,9 @@ class RunConfig:
     top_k: int | None = None
     generate_answer: bool = False
     concurrency: int | None = None
+    #: `knowledge_bases/{kb}/indexes/{id}` every retrieval of the run reads; "": the active
+    #: indexes (docs/api.md#indexes).
+    index: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +111,7 @@ class RunConfig:
             "top_k": self.top_k,
             "generate_answer": self.generate_answer,
             "concurrency": self.concurrency,
+            "index": self.index,
         }
 
     @classmethod
@@ -117,4 +121,6 @@ class RunConfig:
             top_k=data.get("top_k"),
             generate_answer=bool(data.get("generate_answer", False)),
             concurrency=data.get("concurrency"),
+            # A run stored before indexes existed read the active ones.
+            index=str(data.get("index") or ""),
         )

@@ -133,12 +133,16 @@ def _run_summary(
     body = "".join(
         f"<tr><th>{_e(label)}</th><td>{_e(r.name)}</td>"
         f"<td>{_e(evaluation_pb2.RunConfig.Mode.Name(r.config.mode))}</td>"
+        f"<td>{_e(r.config.index or 'active')}</td>"
         f"<td>{_e(evaluation_pb2.EvaluationRun.State.Name(r.state))}</td>"
         f'<td class="num">{r.items_done}/{r.items_total}</td>'
         f'<td class="num">{r.items_failed}</td></tr>'
         for label, r in rows
     )
-    head = "<tr><th></th><th>name</th><th>mode</th><th>state</th><th>items</th><th>failed</th></tr>"
+    head = (
+        "<tr><th></th><th>name</th><th>mode</th><th>index</th><th>state</th><th>items</th>"
+        "<th>failed</th></tr>"
+    )
     return f"<table>{head}{body}</table>"
 
 

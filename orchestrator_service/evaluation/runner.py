@@ -157,6 +157,7 @@ class EvaluationRunner:
         scope = RetrievalScope(
             tuple(f"knowledge_bases/{kb}" for kb in evaluation_set.knowledge_bases),
             evaluation_set.filter,
+            config.index,
         )
         try:
             await self._run_items(claimed, run, pending, scope, config, progress)

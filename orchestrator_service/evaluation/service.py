@@ -28,6 +28,7 @@ from orchestrator_service.evaluation.results import judgement_and_outcome
 from orchestrator_service.evaluation.store import EvaluationStore, RunRecord, SetRecord, StoredItem
 from shared.access import Permission, kb_id_named
 from shared.errors import FailedPrecondition, InvalidArgument, NotFound
+from shared.index_names import NAME_RULE, index_kb_id, index_kb_name, is_index_name
 from shared.operations import Access, OperationState
 from shared.paging import page_size_of
 from shared.sql.operations import NewOperation, SqlOperationStore
@@ -62,7 +63,19 @@ def check_config(config: RunConfig) -> RunConfig:
         raise InvalidArgument("config.top_k", "must be 1..100")
     if config.concurrency is not None and not 1 <= config.concurrency <= 16:
         raise InvalidArgument("config.concurrency", "must be 1..16")
+    if config.index and not is_index_name(config.index):
+        raise InvalidArgument("config.index", NAME_RULE)
     return config
+
+
+def check_index_of_set(config: RunConfig, knowledge_bases: Sequence[str]) -> None:
+    """A run's index must be of a knowledge base its set searches (INVALID_ARGUMENT naming
+    `config.index`); whether it exists and is READY is retrieval's to say, item by item."""
+    if config.index and index_kb_id(config.index) not in knowledge_bases:
+        raise InvalidArgument(
+            "config.index",
+            f"is an index of {index_kb_name(config.index)}, which the set does not search",
+        )
 
 
 def check_item(item: Item, field: str) -> Item:
@@ -279,6 +292,7 @@ class Evaluations:
         """Stores the run and its QUEUED operation; (operation id, run)."""
         record = await self.readable_set(set_name, "evaluation_set", access, Permission.WRITE)
         check_config(config)
+        check_index_of_set(config, record.knowledge_bases)
         if record.item_count == 0:
             raise FailedPrecondition("evaluation_set", f"{set_name} has no items")
         now = self.now_ms()

@@ -5,12 +5,16 @@ Milvus Lite allows one process per data directory):
     python -m retrieval_service list [--kb ID]
     python -m retrieval_service delete [NAME…] [--document-id ID]… [--kb ID]
     python -m retrieval_service search QUERY [--kb ID]… [--filter EXPR] [--top-k N]
+        [--index NAME]
     python -m retrieval_service sync DIR --kb ID [--metadata K=V]… [--dry-run]
         [--max-deletion-percent N] [--allow-deletions]
     python -m retrieval_service import URI… [--kb ID] [--include G]… [--exclude G]…
         [--metadata K=V]… [--delete-missing [--max-deletion-percent N]] [--request-id ID] [--wait]
     python -m retrieval_service operations list [--filter F] [--kb ID] · get|wait|cancel NAME
     python -m retrieval_service kb create|get|update|delete ID … · kb list
+    python -m retrieval_service index create KB ID [--embedder NAME] [--dimension N]
+        [--chunk-size N] [--chunk-overlap N] [--leaf-context-header] [--analyzer NAME] [--wait]
+    python -m retrieval_service index list KB · index get|activate|delete NAME
     python -m retrieval_service keys new --id ID --role ROLE --kb ID… [--group G…]
 
 each with [--addr A] [--timeout S] [--json] but `keys new`, which calls no server: it prints a
@@ -42,6 +46,16 @@ prints its counts and failures, exiting 0 when every document got in, 1 when the
 cancelled or some documents failed. `operations` lists, shows, follows (`wait`, exit code as
 `import --wait`, 3 when `--for` ran out first) or cancels jobs.
 
+`index` manages a knowledge base's indexes (docs/api.md#indexes): `index create` starts
+building another index from the documents the knowledge base holds — each config flag not
+given takes the service's setting — and prints its operation's name; `--wait` follows it with
+a progress bar and prints the READY index (exit 1 when the build failed). `index list` marks
+the active index, `index activate NAME` switches the knowledge base's reads to a READY index
+(UpdateKnowledgeBase, mask `active_index`), `index delete` removes one that is not active. An
+index is named `knowledge_bases/KB/indexes/ID` or `KB/ID`. `search --index NAME` reads that
+READY index instead of the active one, e.g. to compare two before a switch; `kb get` and
+`kb list` show each knowledge base's active index.
+
 Target: `--addr`, else RETRIEVAL_ADDR, else localhost:RETRIEVAL_PORT; `--json` prints the
 outcome as one JSON object (progress stays on stderr). TLS as the orchestrator reaches
 retrieval (RETRIEVAL_TLS_CA_FILE, and RETRIEVAL_TLS_CERT_FILE / RETRIEVAL_TLS_KEY_FILE for
@@ -64,6 +78,7 @@ from retrieval_service.cli.common import (
 )
 from retrieval_service.cli.documents import delete, ingest, list_documents
 from retrieval_service.cli.imports import add_import_parsers
+from retrieval_service.cli.indexes import add_index_parsers
 from retrieval_service.cli.kb import kb_create, kb_delete, kb_get, kb_list, kb_update
 from retrieval_service.cli.keys import add_keys_parser
 from retrieval_service.cli.search import search
@@ -103,6 +118,11 @@ def build_parser(settings: CliSettings) -> argparse.ArgumentParser:
     p.add_argument("--kb", action="append", help="a knowledge base to search (repeatable)")
     p.add_argument("--filter", help="AIP-160 filter, e.g. metadata.year >= 2023 (docs/api.md)")
     p.add_argument("--top-k", type=int)
+    p.add_argument(
+        "--index",
+        metavar="NAME",
+        help="read this READY index (knowledge_bases/KB/indexes/ID) instead of the active one",
+    )
     p = command("sync", sync, "make a knowledge base hold exactly a folder's files")
     p.add_argument("dir")
     p.add_argument("--kb", required=True, help="the knowledge base id or name")
@@ -138,6 +158,7 @@ def build_parser(settings: CliSettings) -> argparse.ArgumentParser:
     p = command("delete", kb_delete, "delete a knowledge base", kb_sub)
     p.add_argument("id")
     p.add_argument("--force", action="store_true", help="also delete every document it holds")
+    add_index_parsers(sub, command)
     add_keys_parser(sub)
     return parser
 

@@ -171,6 +171,7 @@ def call(settings: CliSettings, args: argparse.Namespace) -> int:
             [
                 args.command,
                 getattr(args, "kb_command", None),
+                getattr(args, "index_command", None),
                 getattr(args, "operations_command", None),
             ],
         )

@@ -27,6 +27,7 @@ def _kb_dict(kb: retrieval_pb2.KnowledgeBase) -> Json:
         "create_time": kb.create_time.ToJsonString() if kb.HasField("create_time") else "",
         "document_count": kb.document_count,
         "chunk_count": kb.chunk_count,
+        "active_index": kb.active_index,
     }
 
 
@@ -39,7 +40,8 @@ def _print_kbs(args: argparse.Namespace, kbs: list[retrieval_pb2.KnowledgeBase])
         d = _kb_dict(kb)
         print(
             f"{d['name']}\t{d['display_name'] or '-'}\tdocuments={d['document_count']}\t"
-            f"chunks={d['chunk_count']}\tcreated={d['create_time']}"
+            f"chunks={d['chunk_count']}\tcreated={d['create_time']}\t"
+            f"active_index={d['active_index'] or '-'}"
         )
         if d["description"]:
             print(f"  {d['description']}")

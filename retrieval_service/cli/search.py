@@ -15,15 +15,24 @@ def _excerpt(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def search_request(args: argparse.Namespace) -> retrieval_pb2.RetrieveRequest:
+    """The Retrieve of `search QUERY [--kb ID]… [--filter F] [--top-k N] [--index NAME]`."""
+    request = retrieval_pb2.RetrieveRequest(
+        query=args.query,
+        knowledge_bases=args.kb or [],
+        filter=args.filter or "",
+        index=args.index or "",
+    )
+    if args.top_k is not None:
+        request.top_k = args.top_k
+    return request
+
+
 def search(
     stub: retrieval_pb2_grpc.RetrievalServiceStub, args: argparse.Namespace, metadata: Metadata
 ) -> int:
     """One Retrieve: the ranked chunks with their document and metadata."""
-    request = retrieval_pb2.RetrieveRequest(
-        query=args.query, knowledge_bases=args.kb or [], filter=args.filter or ""
-    )
-    if args.top_k is not None:
-        request.top_k = args.top_k
+    request = search_request(args)
     reply = stub.Retrieve(request, timeout=deadline(args), metadata=metadata)
     if args.json:
         print(json.dumps(message_dict(reply), ensure_ascii=False, indent=2))

@@ -1,7 +1,7 @@
 """A scripted RetrievalService as a real in-process `grpc.aio` server on 127.0.0.1: replies
 keyed by query (docs as runtime chunk dicts plus a meta dict, or a failure status with or
-without retrieval's typed details), every query recorded with the knowledge bases and filter
-it was sent with."""
+without retrieval's typed details), every query recorded with the knowledge bases, filter and
+index it was sent with."""
 
 from __future__ import annotations
 
@@ -71,6 +71,7 @@ class Sent:
     query: str
     knowledge_bases: tuple[str, ...]
     filter: str
+    index: str = ""
 
 
 def meta(n: int, **overrides: Any) -> dict[str, Any]:
@@ -181,7 +182,9 @@ class _Servicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         owner = self._owner
         owner.queries.append(request.query)
         owner.top_ks.append(request.top_k if request.HasField("top_k") else None)
-        owner.sent.append(Sent(request.query, tuple(request.knowledge_bases), request.filter))
+        owner.sent.append(
+            Sent(request.query, tuple(request.knowledge_bases), request.filter, request.index)
+        )
         if owner.script.delay:
             await asyncio.sleep(owner.script.delay)
         reply = owner.script.next_reply(request.query)

@@ -22,6 +22,7 @@ import shared
 from orchestrator_service.retrieval_client import (
     CALLERS_ERRORS,
     CALLERS_FIELDS,
+    CALLERS_ONLY_ABOUT,
     DOWNSTREAM_ERRORS,
     CallLimit,
     is_callers_field,
@@ -187,12 +188,15 @@ INTERNAL = (grpc.StatusCode.INTERNAL, "retrieval failed")
         InvalidArgument("filter", "unexpected 'AND' at column 9"),
         InvalidArgument("knowledge_bases[0]", "'HR!' is not a knowledge base id"),
         InvalidArgument("filter", "未知字段 metadata.部门"),
+        NotFound("index", "knowledge_bases/hr/indexes/v2 does not exist"),
+        InvalidArgument("index", "is an index of knowledge_bases/hr, not of knowledge_bases/it"),
+        FailedPrecondition("index", "knowledge_bases/hr/indexes/v2 is BUILDING, not READY"),
     ],
     ids=repr,
 )
 def test_retrievals_verdict_on_the_callers_fields_is_passed_on(error) -> None:
-    # The caller sent knowledge_bases and filter through unchanged: their errors are theirs,
-    # with the field retrieval's ErrorInfo names and its words about it.
+    # The caller sent knowledge_bases, filter and index through unchanged: their errors are
+    # theirs, with the field retrieval's ErrorInfo names and its words about it.
     code, details, info = as_retrieval_answers(error)
     assert info is not None and info.field == error.field
     passed_on = translate(code, CALLER, details, info)
@@ -212,6 +216,10 @@ def test_retrievals_verdict_on_the_callers_fields_is_passed_on(error) -> None:
         NotFound("collection", "supermew_chunks does not exist"),
         AlreadyExists("knowledge_bases[0]", "knowledge_bases/hr exists"),
         FailedPrecondition("filter", "the store has no metadata field"),
+        # Only an index not READY is the caller's FAILED_PRECONDITION.
+        FailedPrecondition("knowledge_bases[0]", "the store was ingested at another level"),
+        FailedPrecondition("indexes", "not a field"),
+        AlreadyExists("index", "not an answer Retrieve gives"),
         InternalFailure("knowledge_bases[0]: lost"),
         ConfigurationError("filter: the store was ingested at another level"),
     ],
@@ -257,6 +265,9 @@ def test_the_reason_must_be_that_of_the_callers_error() -> None:
         ("knowledge_bases[0]", True),
         ("knowledge_bases[12]", True),
         ("filter", True),
+        ("index", True),
+        ("index[0]", False),  # not a repeated field
+        ("indexes", False),
         (None, False),
         ("", False),
         ("query", False),
@@ -276,9 +287,15 @@ def test_the_callers_fields(field, callers) -> None:
     assert is_callers_field(field) is callers
 
 
-def test_only_not_found_and_invalid_argument_can_be_the_callers() -> None:
-    assert set(CALLERS_ERRORS) == {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
-    assert set(CALLERS_FIELDS) == {"knowledge_bases", "filter"}
+def test_only_not_found_invalid_argument_and_an_index_not_ready_can_be_the_callers() -> None:
+    assert set(CALLERS_ERRORS) == {
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+    only_about = {grpc.StatusCode.FAILED_PRECONDITION: frozenset({"index"})}
+    assert only_about == CALLERS_ONLY_ABOUT
+    assert set(CALLERS_FIELDS) == {"knowledge_bases", "filter", "index"}
 
 
 def test_a_quota_refusal_of_the_callers_key_is_passed_on_with_when_to_retry() -> None:

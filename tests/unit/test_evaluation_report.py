@@ -146,3 +146,12 @@ def test_unknown_metrics_follow_the_known_ones() -> None:
         "alpha",
         "zeta",
     ]
+
+
+def test_the_summary_shows_each_runs_index() -> None:
+    against = _run(BASE, 0.5)
+    against.config.index = "knowledge_bases/hr/indexes/v2"
+    page = render_html(_report(against=against))
+    assert "<th>index</th>" in page
+    assert f"<td>{RUN}</td><td>RUN</td><td>active</td>" in page
+    assert f"<td>{BASE}</td><td>RUN</td><td>knowledge_bases/hr/indexes/v2</td>" in page

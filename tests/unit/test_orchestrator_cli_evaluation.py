@@ -251,3 +251,49 @@ def test_report_history_without_a_record_is_none(code: grpc.StatusCode) -> None:
 def test_report_history_other_failures_fail_the_report() -> None:
     with pytest.raises(grpc.RpcError):
         ce.item_history(_clients(_History(grpc.StatusCode.UNAVAILABLE)), "r1")
+
+
+INDEX = "knowledge_bases/hr/indexes/e5-large-v2"
+
+
+def test_run_with_an_index_sends_it_in_the_config() -> None:
+    args = parse("eval", "run", "hr", "--index", INDEX, "--top-k", "10")
+    assert ce.run_request(args) == E.RunEvaluationRequest(
+        evaluation_set="evaluation_sets/hr",
+        config=E.RunConfig(mode=E.RunConfig.RETRIEVAL, top_k=10, index=INDEX),
+    )
+    args = parse("eval", "run", "hr", "--mode", "run", "--index", INDEX)
+    assert ce.run_request(args).config == E.RunConfig(mode=E.RunConfig.RUN, index=INDEX)
+    # Without --index: the active indexes (the field left empty).
+    assert ce.run_request(parse("eval", "run", "hr")).config.index == ""
+
+
+def test_a_run_shows_its_index(capsys) -> None:
+    run = E.EvaluationRun(
+        name="evaluation_sets/hr/runs/r1",
+        config=E.RunConfig(mode=E.RunConfig.RUN, top_k=5, index=INDEX),
+        state=E.EvaluationRun.SUCCEEDED,
+        items_total=4,
+        items_done=4,
+        metrics={"ndcg@10": 0.5},
+    )
+    ce.print_run(run, sys.stdout)
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "run:    evaluation_sets/hr/runs/r1 (SUCCEEDED)",
+        f"index:  {INDEX}",
+        "items:  4/4 done, 0 failed",
+    ]
+    assert ce.index_shown(E.RunConfig()) == "active"
+    active = E.EvaluationRun(name="x/runs/r0", config=E.RunConfig(mode=E.RunConfig.RETRIEVAL))
+    ce.table(ce._RUN_HEADERS, [ce._run_row(run), ce._run_row(active)], sys.stdout)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["run", "state", "mode", "top_k", "index", "items", "failed",
+                                "created"]  # fmt: skip
+    assert lines[1].split() == ["r1", "succeeded", "run", "5", INDEX, "4/4", "0", "—"]
+    assert lines[2].split() == ["r0", "state_unspecified", "retrieval", "—", "active", "0/0",
+                                "0", "—"]  # fmt: skip
+
+
+def test_eval_runs_takes_a_set() -> None:
+    args = parse("eval", "runs", "hr", "--json")
+    assert (args.handler, args.set, args.json) == (ce.runs_of_set, "hr", True)
