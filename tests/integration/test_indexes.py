@@ -19,13 +19,14 @@ import pytest
 from google.longrunning import operations_pb2_grpc
 from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import duration_pb2, field_mask_pb2
-from supermew.v1 import retrieval_pb2
+from supermew.v1 import evaluation_pb2, retrieval_pb2
 
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.indexes.model import parse_index_name
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import Service, copy_corpus, running_service
+from tests.integration.test_evaluation import SCIFACT, ingest_scifact, orchestrator, run_evaluation
 from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
 
 pytestmark = pytest.mark.integration
@@ -303,3 +304,44 @@ def build_progress(op: operations_pb2.Operation) -> retrieval_pb2.CreateIndexMet
     out = retrieval_pb2.CreateIndexMetadata()
     assert op.metadata.Unpack(out)
     return out
+
+
+async def test_run_evaluation_against_each_index_gives_each_its_figures(tmp_path: Path) -> None:
+    """Two indexes measured on the same questions before a switch: RunConfig.index reads each,
+    and CompareEvaluationRuns pairs them."""
+    async with service(tmp_path / "kb.db") as (svc, ops):
+        await ingest_scifact(svc)
+        index = built(await wait(ops, (await create_index(svc, "big", chunk_size=1200)).name))
+        async with orchestrator(svc.port, tmp_path / "orchestrator.sqlite3") as stack:
+            created = await stack.evaluation.CreateEvaluationSet(
+                evaluation_pb2.CreateEvaluationSetRequest(evaluation_set_id="scifact")
+            )
+            await stack.evaluation.ImportEvaluationItems(
+                evaluation_pb2.ImportEvaluationItemsRequest(
+                    evaluation_set=created.name,
+                    format=evaluation_pb2.ImportEvaluationItemsRequest.BEIR,
+                    queries=(SCIFACT / "queries.jsonl").read_bytes(),
+                    qrels=(SCIFACT / "qrels" / "train.tsv").read_bytes(),
+                )
+            )
+            runs = [
+                await run_evaluation(
+                    stack,
+                    created.name,
+                    evaluation_pb2.RunConfig(
+                        mode=evaluation_pb2.RunConfig.RETRIEVAL, top_k=10, index=name
+                    ),
+                )
+                for name in (INITIAL, index.name)
+            ]
+            assert [r.config.index for r in runs] == [INITIAL, index.name]
+            figures = [dict(r.metrics) for r in runs]
+            assert figures[0]["ndcg@10"] != figures[1]["ndcg@10"]
+            compared = await stack.evaluation.CompareEvaluationRuns(
+                evaluation_pb2.CompareEvaluationRunsRequest(a=runs[0].name, b=runs[1].name)
+            )
+            rows = {row.metric: row for row in compared.metrics}
+            assert rows["ndcg@10"].difference == pytest.approx(
+                figures[1]["ndcg@10"] - figures[0]["ndcg@10"]
+            )
+            assert compared.items_paired == runs[0].items_done == runs[1].items_done

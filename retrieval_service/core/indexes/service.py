@@ -49,6 +49,7 @@ from retrieval_service.core.indexes.model import (
     parse_index_name,
 )
 from retrieval_service.core.indexes.texts import unpack_pages
+from retrieval_service.core.ingest.flow import SEAL_EVERY_ROWS
 from retrieval_service.core.ingest.validation import list_page_size
 from retrieval_service.core.ports import DocumentRegistry
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -89,7 +90,10 @@ class GenerationSource(Protocol):
     """Opens generations (`adapters/milvus/generations.py`): each config's collections, created
     when missing, with its embedder (EMBEDDERS) and chunking; cached by collection."""
 
-    async def open(self, record: IndexRecord) -> Generation: ...
+    async def open(self, record: IndexRecord, *, background: bool = False) -> Generation:
+        """`background`: the generation as a build writes it (an embedder that leaves the
+        callers their share of the cores)."""
+        ...
 
     async def drop(self, collection: str) -> None:
         """Drops a generation's collections (none of them the service's own)."""
@@ -160,6 +164,7 @@ class Indexes:
         self._dimensions = dict(dimensions)
         self._lock = lock
         self._on_build_document = on_build_document or (lambda _result: None)
+        self._unsealed = 0
 
     @property
     def own(self) -> IndexRecord:
@@ -355,7 +360,7 @@ class Indexes:
         record = await self._store.get(kb, index_id)
         if record is None or record.state != BUILDING:
             raise IndexGone(name)
-        generation = await self._generation(record)
+        generation = await self._generations.open(record, background=True)
         if not progress.total:
             total = (await self._registry.counts([kb])).get(kb, (0, 0))[0]
             progress = replace(progress, total=total)
@@ -377,6 +382,7 @@ class Indexes:
                 return None
             if not page.next_page_token:
                 break
+        await generation.chunks.seal()  # fast to search from the first read
         ready = replace(
             record, state=READY, documents_indexed=progress.indexed, documents_total=progress.total
         )
@@ -422,6 +428,10 @@ class Indexes:
                 for level, chunks in staged.items()
             }
             await write_staged(generation, kept)
+            self._unsealed += sum(map(len, kept.values()))
+            if self._unsealed >= SEAL_EVERY_ROWS:
+                await generation.chunks.seal()
+                self._unsealed = 0
         for e in entries:
             self._on_build_document(
                 "written" if (e.document_id, e.version) in live else "superseded"
