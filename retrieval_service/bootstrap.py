@@ -332,6 +332,7 @@ async def create_app(
         dimensions=catalog.dimensions,
         lock=write_lock,
         on_build_document=lambda result: INDEX_BUILD_DOCUMENTS.labels(result).inc(),
+        writing=lambda: ingestor.busy,
     )
 
     async def every_store() -> list[ChunkRepository]:

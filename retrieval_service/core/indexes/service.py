@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: Documents a build embeds, then writes under the lock, at a time.
 BUILD_BATCH = 8
+#: How long a build waits for the ingests in flight before its next batch, at most: it gives
+#: way to the callers' writes, but a steady stream of them never stops it.
+YIELD_SECONDS = 2.0
 #: `require(text, field)`: the full name of an existing knowledge base (KnowledgeBases.require).
 Require = Callable[[str, str], Awaitable[str]]
 
@@ -152,10 +155,13 @@ class Indexes:
         dimensions: Mapping[str, int],
         lock: asyncio.Lock,
         on_build_document: Callable[[str], None] | None = None,
+        writing: Callable[[], bool] = lambda: False,
     ) -> None:
         """`own`: the template of every knowledge base's `initial` index (the service's
         settings and collections); `dimensions`: each embedder EMBEDDERS declares, with its
-        vector size; `lock`: the ingestor's write lock."""
+        vector size; `lock`: the ingestor's write lock; `writing`: whether an ingest runs
+        in this process now (`Ingestor.busy`: a build gives way to it)."""
+        self._writing = writing
         self._store = store
         self._require = require
         self._registry = registry
@@ -400,6 +406,14 @@ class Indexes:
         if not await self._store.update(counted, states=(BUILDING,)):
             raise IndexGone(record.name)
         return await save(progress)
+
+    async def _give_way(self) -> None:
+        """Waits (at most YIELD_SECONDS) while an ingest runs: its document embeds twice
+        already (once per index), and the build's batch would take the cores from it."""
+        waited = 0.0
+        while self._writing() and waited < YIELD_SECONDS:
+            await asyncio.sleep(0.05)
+            waited += 0.05
 
     async def _build_batch(
         self, generation: Generation, kb: str, entries: Sequence[DocumentEntry]
