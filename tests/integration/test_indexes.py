@@ -25,7 +25,7 @@ from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.indexes.model import parse_index_name
 from tests.fakes.embeddings_server import EmbeddingsServer
-from tests.integration.retrieval_harness import Service, copy_corpus, running_service
+from tests.integration.retrieval_harness import Service, corpus_documents, running_service
 from tests.integration.test_evaluation import SCIFACT, ingest_scifact, orchestrator, run_evaluation
 from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
 
@@ -97,8 +97,17 @@ async def current(svc: Service) -> set[tuple[str, str]]:
     return {(e.document_id, e.version) for e in page.entries}
 
 
-async def test_build_read_switch_back_and_delete(tmp_path: Path) -> None:
-    async with service(copy_corpus(tmp_path)) as (svc, ops):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The control plane: the SQLite file beside the Lite store, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    return {"database_url": str(request.getfixturevalue("postgres_url"))}
+
+
+async def test_build_read_switch_back_and_delete(tmp_path: Path, database: dict[str, str]) -> None:
+    async with service(tmp_path / "kb.db", **database) as (svc, ops):
+        await svc.app.ingestor.ingest(corpus_documents())
         kb = await svc.stub.GetKnowledgeBase(retrieval_pb2.GetKnowledgeBaseRequest(name=DEFAULT_KB))
         assert kb.active_index == INITIAL
         listed = await svc.stub.ListIndexes(retrieval_pb2.ListIndexesRequest(parent=DEFAULT_KB))
