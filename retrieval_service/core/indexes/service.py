@@ -78,7 +78,15 @@ class IndexStore(Protocol):
 
     async def active(self, knowledge_bases: Sequence[str]) -> dict[str, IndexRecord]: ...
 
-    async def update(self, record: IndexRecord, *, states: Sequence[int]) -> bool: ...
+    async def update(self, record: IndexRecord, *, states: Sequence[int]) -> bool:
+        """Writes `record`'s state and counts while its stored state is one of `states`."""
+        ...
+
+    async def set_state(
+        self, knowledge_base: str, index_id: str, state: int, *, states: Sequence[int]
+    ) -> bool:
+        """Writes the state alone while the stored state is one of `states`."""
+        ...
 
     async def activate(self, knowledge_base: str, index_id: str) -> bool: ...
 
@@ -243,12 +251,14 @@ class Indexes:
         return [(await self._generation(r), partial(self._fail, r)) for r in records]
 
     async def _fail(self, record: IndexRecord) -> None:
-        if await self._store.update(record.with_state(FAILED), states=(BUILDING, READY)):
+        kb, index_id = record.knowledge_base, record.index_id
+        if await self._store.set_state(kb, index_id, FAILED, states=(BUILDING, READY)):
             log.error("index %s is FAILED: it missed a write", record.name)
 
     async def mark_failed(self, record: IndexRecord) -> None:
         """A build that stopped with an error (or was cancelled) leaves its index FAILED."""
-        await self._store.update(record.with_state(FAILED), states=(BUILDING,))
+        kb, index_id = record.knowledge_base, record.index_id
+        await self._store.set_state(kb, index_id, FAILED, states=(BUILDING,))
 
     # ---- the RPCs --------------------------------------------------------------------------
 
@@ -377,7 +387,7 @@ class Indexes:
             )
             if not page.entries:
                 break
-            leaves = await self._build_batch(generation, kb, page.entries)
+            leaves = await self._build_batch(generation, kb, index_id, page.entries)
             progress = BuildProgress(
                 page.entries[-1].document_id,
                 progress.indexed + len(page.entries),
@@ -416,7 +426,7 @@ class Indexes:
             waited += 0.05
 
     async def _build_batch(
-        self, generation: Generation, kb: str, entries: Sequence[DocumentEntry]
+        self, generation: Generation, kb: str, index_id: str, entries: Sequence[DocumentEntry]
     ) -> int:
         texts = await self._registry.texts(kb, [(e.document_id, e.content_sha256) for e in entries])
         lacking = [e.document_id for e in entries if (e.document_id, e.content_sha256) not in texts]
@@ -431,6 +441,10 @@ class Indexes:
         documents = [(e, unpack_pages(texts[(e.document_id, e.content_sha256)])) for e in entries]
         staged = await embed_documents(generation, documents)
         async with self._lock:
+            # Deleted (or failed) while this batch embedded: nothing more goes into it.
+            still = await self._store.get(kb, index_id)
+            if still is None or still.state != BUILDING:
+                raise IndexGone(index_name(kb, index_id))
             current = await self._registry.current_versions([e.document_id for e in entries], kb)
             live = {
                 (e.document_id, e.version)
