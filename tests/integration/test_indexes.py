@@ -140,13 +140,22 @@ async def test_build_read_switch_back_and_delete(tmp_path: Path, database: dict[
         back = await svc.stub.Retrieve(query)
         assert [d.chunk_id for d in back.docs] == [d.chunk_id for d in on_initial.docs]
 
-        await svc.stub.DeleteIndex(retrieval_pb2.DeleteIndexRequest(name=BIG))
+        # On the new index for good: the old one goes, its rows with it.
+        await activate(svc, BIG)
+        await svc.stub.DeleteIndex(retrieval_pb2.DeleteIndexRequest(name=INITIAL))
         listed = await svc.stub.ListIndexes(retrieval_pb2.ListIndexesRequest(parent=DEFAULT_KB))
-        assert [i.name for i in listed.indexes] == [INITIAL]
+        assert [i.name for i in listed.indexes] == [BIG]
+        assert not await svc.app.chunks.document_versions(3, DEFAULT_KB)
         with pytest.raises(grpc.aio.AioRpcError) as gone:
-            await svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="sleep", index=BIG))
+            await svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="sleep", index=INITIAL))
         assert gone.value.code() == grpc.StatusCode.NOT_FOUND
-        await asyncio.sleep(0)
+        after = await svc.stub.Retrieve(query)
+        assert [d.chunk_id for d in after.docs] == [d.chunk_id for d in on_big.docs]
+        # Writes now reach the one index left, and a deletion takes them from it.
+        await svc.ingest(("late.md", b"Late notes: adults should sleep seven to nine hours."))
+        assert ("late.md", (await svc.app.registry.get("late.md")).version) in await held(svc, BIG)
+        await svc.stub.DeleteDocuments(retrieval_pb2.DeleteDocumentsRequest(filenames=["late.md"]))
+        assert "late.md" not in {d for d, _ in await held(svc, BIG)}
 
 
 TOPICS = ["harbour", "orchard", "glacier", "library", "railway", "vineyard", "observatory"]
