@@ -439,7 +439,7 @@ class Indexes:
                 "text was kept; ingest them again, then build",
             )
         documents = [(e, unpack_pages(texts[(e.document_id, e.content_sha256)])) for e in entries]
-        staged = await embed_documents(generation, documents)
+        staged = await embed_documents(generation, documents, pause=self._give_way)
         async with self._lock:
             # Deleted (or failed) while this batch embedded: nothing more goes into it.
             still = await self._store.get(kb, index_id)
