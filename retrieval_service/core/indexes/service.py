@@ -58,9 +58,10 @@ log = logging.getLogger(__name__)
 
 #: Documents a build embeds, then writes under the lock, at a time.
 BUILD_BATCH = 8
-#: How long a build waits for the ingests in flight before its next batch, at most: it gives
-#: way to the callers' writes, but a steady stream of them never stops it.
-YIELD_SECONDS = 2.0
+#: How long a build waits for the ingests in flight before its next embedder batch, at most:
+#: it gives way to the callers' writes (an ingest of 16 abstracts takes ≈ 10 s), but a steady
+#: stream of them never stops it (docs/benchmarks.md#index_generations).
+YIELD_SECONDS = 10.0
 #: `require(text, field)`: the full name of an existing knowledge base (KnowledgeBases.require).
 Require = Callable[[str, str], Awaitable[str]]
 
