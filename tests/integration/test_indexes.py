@@ -19,13 +19,14 @@ import pytest
 from google.longrunning import operations_pb2_grpc
 from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import duration_pb2, field_mask_pb2
-from supermew.v1 import retrieval_pb2
+from supermew.v1 import evaluation_pb2, retrieval_pb2
 
 from retrieval_service.adapters.milvus.chunk_store import ChunkStore
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.indexes.model import parse_index_name
 from tests.fakes.embeddings_server import EmbeddingsServer
-from tests.integration.retrieval_harness import Service, copy_corpus, running_service
+from tests.integration.retrieval_harness import Service, corpus_documents, running_service
+from tests.integration.test_evaluation import SCIFACT, ingest_scifact, orchestrator, run_evaluation
 from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
 
 pytestmark = pytest.mark.integration
@@ -96,8 +97,17 @@ async def current(svc: Service) -> set[tuple[str, str]]:
     return {(e.document_id, e.version) for e in page.entries}
 
 
-async def test_build_read_switch_back_and_delete(tmp_path: Path) -> None:
-    async with service(copy_corpus(tmp_path)) as (svc, ops):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The control plane: the SQLite file beside the Lite store, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    return {"database_url": str(request.getfixturevalue("postgres_url"))}
+
+
+async def test_build_read_switch_back_and_delete(tmp_path: Path, database: dict[str, str]) -> None:
+    async with service(tmp_path / "kb.db", **database) as (svc, ops):
+        await svc.app.ingestor.ingest(corpus_documents())
         kb = await svc.stub.GetKnowledgeBase(retrieval_pb2.GetKnowledgeBaseRequest(name=DEFAULT_KB))
         assert kb.active_index == INITIAL
         listed = await svc.stub.ListIndexes(retrieval_pb2.ListIndexesRequest(parent=DEFAULT_KB))
@@ -130,13 +140,22 @@ async def test_build_read_switch_back_and_delete(tmp_path: Path) -> None:
         back = await svc.stub.Retrieve(query)
         assert [d.chunk_id for d in back.docs] == [d.chunk_id for d in on_initial.docs]
 
-        await svc.stub.DeleteIndex(retrieval_pb2.DeleteIndexRequest(name=BIG))
+        # On the new index for good: the old one goes, its rows with it.
+        await activate(svc, BIG)
+        await svc.stub.DeleteIndex(retrieval_pb2.DeleteIndexRequest(name=INITIAL))
         listed = await svc.stub.ListIndexes(retrieval_pb2.ListIndexesRequest(parent=DEFAULT_KB))
-        assert [i.name for i in listed.indexes] == [INITIAL]
+        assert [i.name for i in listed.indexes] == [BIG]
+        assert not await svc.app.chunks.document_versions(3, DEFAULT_KB)
         with pytest.raises(grpc.aio.AioRpcError) as gone:
-            await svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="sleep", index=BIG))
+            await svc.stub.Retrieve(retrieval_pb2.RetrieveRequest(query="sleep", index=INITIAL))
         assert gone.value.code() == grpc.StatusCode.NOT_FOUND
-        await asyncio.sleep(0)
+        after = await svc.stub.Retrieve(query)
+        assert [d.chunk_id for d in after.docs] == [d.chunk_id for d in on_big.docs]
+        # Writes now reach the one index left, and a deletion takes them from it.
+        await svc.ingest(("late.md", b"Late notes: adults should sleep seven to nine hours."))
+        assert ("late.md", (await svc.app.registry.get("late.md")).version) in await held(svc, BIG)
+        await svc.stub.DeleteDocuments(retrieval_pb2.DeleteDocumentsRequest(filenames=["late.md"]))
+        assert "late.md" not in {d for d, _ in await held(svc, BIG)}
 
 
 TOPICS = ["harbour", "orchard", "glacier", "library", "railway", "vineyard", "observatory"]
@@ -303,3 +322,44 @@ def build_progress(op: operations_pb2.Operation) -> retrieval_pb2.CreateIndexMet
     out = retrieval_pb2.CreateIndexMetadata()
     assert op.metadata.Unpack(out)
     return out
+
+
+async def test_run_evaluation_against_each_index_gives_each_its_figures(tmp_path: Path) -> None:
+    """Two indexes measured on the same questions before a switch: RunConfig.index reads each,
+    and CompareEvaluationRuns pairs them."""
+    async with service(tmp_path / "kb.db") as (svc, ops):
+        await ingest_scifact(svc)
+        index = built(await wait(ops, (await create_index(svc, "big", chunk_size=1200)).name))
+        async with orchestrator(svc.port, tmp_path / "orchestrator.sqlite3") as stack:
+            created = await stack.evaluation.CreateEvaluationSet(
+                evaluation_pb2.CreateEvaluationSetRequest(evaluation_set_id="scifact")
+            )
+            await stack.evaluation.ImportEvaluationItems(
+                evaluation_pb2.ImportEvaluationItemsRequest(
+                    evaluation_set=created.name,
+                    format=evaluation_pb2.ImportEvaluationItemsRequest.BEIR,
+                    queries=(SCIFACT / "queries.jsonl").read_bytes(),
+                    qrels=(SCIFACT / "qrels" / "train.tsv").read_bytes(),
+                )
+            )
+            runs = [
+                await run_evaluation(
+                    stack,
+                    created.name,
+                    evaluation_pb2.RunConfig(
+                        mode=evaluation_pb2.RunConfig.RETRIEVAL, top_k=10, index=name
+                    ),
+                )
+                for name in (INITIAL, index.name)
+            ]
+            assert [r.config.index for r in runs] == [INITIAL, index.name]
+            figures = [dict(r.metrics) for r in runs]
+            assert figures[0]["ndcg@10"] != figures[1]["ndcg@10"]
+            compared = await stack.evaluation.CompareEvaluationRuns(
+                evaluation_pb2.CompareEvaluationRunsRequest(a=runs[0].name, b=runs[1].name)
+            )
+            rows = {row.metric: row for row in compared.metrics}
+            assert rows["ndcg@10"].difference == pytest.approx(
+                figures[1]["ndcg@10"] - figures[0]["ndcg@10"]
+            )
+            assert compared.items_paired == runs[0].items_done == runs[1].items_done

@@ -35,6 +35,7 @@ from retrieval_service.adapters.sql.upgrade import move_control_plane
 from retrieval_service.bootstrap import clear_milvus_env
 from retrieval_service.core.documents import LEVELS
 from retrieval_service.core.errors import DatabaseUnavailable
+from retrieval_service.core.indexes.model import READY
 from retrieval_service.core.knowledge_bases import KnowledgeBaseRecord
 from shared.errors import NotFound
 from tests.fakes.hashing_embedder import HashingEmbedder
@@ -136,6 +137,16 @@ async def test_a_store_of_the_previous_release_moves_into_the_database(tmp_path:
         assert "secret.md" in {doc["document_id"] for doc in result.docs}
         team = await service.app.knowledge_bases.get("knowledge_bases/team")
         assert (team.document_count, team.record.name) == (1, "knowledge_bases/team")
+        # Every knowledge base reads its `initial` index, made from the settings at the
+        # upgrade, its rows the store's own (nothing embedded again, above).
+        for kb in ("knowledge_bases/default", "knowledge_bases/team"):
+            (initial,) = (await service.app.indexes.list_page(kb, 0, "")).indexes
+            assert (initial.index_id, initial.state, initial.collection) == (
+                "initial",
+                READY,
+                service.app.store.config.collection,
+            )
+            assert (await service.app.knowledge_bases.get(kb)).record.active_index == "initial"
         names = await service.app.store.run(lambda client: client.list_collections())
         assert f"{COLLECTION}_v4_documents" not in names
         assert f"{COLLECTION}_v4_knowledge_bases" not in names
@@ -197,6 +208,16 @@ async def test_collections_a_committed_move_left_are_dropped_unread(tmp_path: Pa
         assert {d.document_id: d for d in await listed(service)} == before
         with pytest.raises(NotFound):
             await service.app.knowledge_bases.require("knowledge_bases/ghost", "name")
+        # Every knowledge base reads its `initial` index, made from the settings at the
+        # upgrade, its rows the store's own (nothing embedded again, above).
+        for kb in ("knowledge_bases/default", "knowledge_bases/team"):
+            (initial,) = (await service.app.indexes.list_page(kb, 0, "")).indexes
+            assert (initial.index_id, initial.state, initial.collection) == (
+                "initial",
+                READY,
+                service.app.store.config.collection,
+            )
+            assert (await service.app.knowledge_bases.get(kb)).record.active_index == "initial"
         names = await service.app.store.run(lambda client: client.list_collections())
         assert f"{COLLECTION}_v4_documents" not in names
 

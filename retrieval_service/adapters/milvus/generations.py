@@ -15,7 +15,7 @@ from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.indexes.generations import Generation
 from retrieval_service.core.indexes.model import IndexRecord
 from retrieval_service.core.ingest.flow import embedding_window
-from retrieval_service.core.ports import Embedder
+from retrieval_service.core.ports import ChunkRepository, Embedder
 
 #: Embedders by name, each made at its first use.
 EmbedderFactories = Mapping[str, Callable[[], Embedder]]
@@ -35,9 +35,11 @@ class MilvusGenerations:
         bm25_levels: frozenset[int],
         window: int | None = None,
         borrowed: frozenset[str] = frozenset(),
+        background: EmbedderFactories | None = None,
     ) -> None:
         """`embedders`: how to make each named embedder; `borrowed`: the names whose embedder
-        is the service's own (closed by the service, not here)."""
+        is the service's own (closed by the service, not here); `background`: the embedders
+        builds use instead, by name (the others build with the same one)."""
         self._milvus = milvus
         self._own = own
         self._own_chunking = own_chunking
@@ -45,34 +47,46 @@ class MilvusGenerations:
         self._bm25_levels = bm25_levels
         self._window = window
         self._borrowed = borrowed
+        self._background = background or {}
         self._embedders: dict[str, Embedder] = {}
-        self._open: dict[str, Generation] = {}
+        self._stores: dict[str, tuple[ChunkRepository, ChunkingConfig]] = {}
+        self._open: dict[tuple[str, bool], Generation] = {}
         self._opening = asyncio.Lock()
 
     @property
     def own_collection(self) -> str:
         return self._milvus.config.collection
 
-    def embedder(self, name: str) -> Embedder:
-        if name not in self._embedders:
-            self._embedders[name] = self._factories[name]()
-        return self._embedders[name]
+    def embedder(self, name: str, background: bool = False) -> Embedder:
+        key = f"{name}/background" if background and name in self._background else name
+        if key not in self._embedders:
+            make = self._background[name] if key != name else self._factories[name]
+            self._embedders[key] = make()
+        return self._embedders[key]
 
-    async def open(self, record: IndexRecord) -> Generation:
-        found = self._open.get(record.collection)
+    async def _chunks(self, record: IndexRecord) -> tuple[ChunkRepository, ChunkingConfig]:
+        if record.collection == self.own_collection:
+            return self._own, self._own_chunking
+        found = self._stores.get(record.collection)
+        if found is None:
+            view = self._milvus.view(record.collection, record.config.dimension)
+            await view.ensure_collections()
+            found = self._stores[record.collection] = (ChunkStore(view), record.config.chunking())
+        return found
+
+    async def open(self, record: IndexRecord, *, background: bool = False) -> Generation:
+        """`background`: for a build, whose embedding must leave the callers' reads and writes
+        their share of the cores (the built-in model on half of them)."""
+        key = (record.collection, background)
+        found = self._open.get(key)
         if found is not None:
             return found
         async with self._opening:
-            found = self._open.get(record.collection)
+            found = self._open.get(key)
             if found is not None:
                 return found
-            embedder = self.embedder(record.config.embedder)
-            if record.collection == self.own_collection:
-                chunks, chunking = self._own, self._own_chunking
-            else:
-                view = self._milvus.view(record.collection, record.config.dimension)
-                await view.ensure_collections()
-                chunks, chunking = ChunkStore(view), record.config.chunking()
+            embedder = self.embedder(record.config.embedder, background)
+            chunks, chunking = await self._chunks(record)
             generation = Generation(
                 record.collection,
                 chunks,
@@ -81,13 +95,14 @@ class MilvusGenerations:
                 self._window or embedding_window(embedder),
                 self._bm25_levels,
             )
-            self._open[record.collection] = generation
+            self._open[key] = generation
             return generation
 
     async def drop(self, collection: str) -> None:
         if collection == self.own_collection:
             return
-        self._open.pop(collection, None)
+        self._open = {k: g for k, g in self._open.items() if k[0] != collection}
+        self._stores.pop(collection, None)
         view = self._milvus.view(collection, 1)
         await self._milvus.run(view.drop_collections)
 

@@ -142,6 +142,22 @@ class SqlIndexStore:
             result = await connection.execute(statement)
         return bool(result.rowcount == 1)
 
+    async def set_state(
+        self, knowledge_base: str, index_id: str, state: int, *, states: Sequence[int]
+    ) -> bool:
+        statement = (
+            update(indexes)
+            .where(
+                _I.knowledge_base == knowledge_base,
+                _I.index_id == index_id,
+                _I.state.in_(list(states)),
+            )
+            .values(state=state)
+        )
+        async with self._db.write("indexes_update") as connection:
+            result = await connection.execute(statement)
+        return bool(result.rowcount == 1)
+
     async def activate(self, knowledge_base: str, index_id: str) -> bool:
         """Switches the knowledge base's active index to a READY one, in one statement."""
         ready = exists().where(

@@ -48,12 +48,16 @@ class Generation:
 
 
 async def embed_documents(
-    generation: Generation, documents: Sequence[tuple[DocumentEntry, list[Page]]]
+    generation: Generation,
+    documents: Sequence[tuple[DocumentEntry, list[Page]]],
+    *,
+    pause: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[int, list[StoredChunk]]:
     """The rows of each (version, pages) in `generation`, per level: split with its chunking,
-    the leaves embedded with its embedder window by window (parents as the mean of their
-    leaves, as an ingest makes them), under the version's own token, so the registry's current
-    version selects them as it selects the active index's."""
+    the leaves embedded with its embedder (parents as the mean of their leaves, as an ingest
+    makes them), under the version's own token, so the registry's current version selects
+    them as it selects the active index's. `pause` (a build's): awaited before each of the
+    embedder's batches, one at a time, so the build gives way between them."""
     versions = []
     for entry, pages in documents:
         prepared = Prepared.of(
@@ -82,18 +86,29 @@ async def embed_documents(
     total = sum(v.doc.leaf_count for v in versions)
     embedder = generation.embedder
     staged: dict[int, list[StoredChunk]] = {level: [] for level in LEVELS}
+
+    def take(vectors: np.ndarray, expected: int) -> None:
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.shape != (expected, embedder.dim):
+            log.error("embedder returned shape %s for %d texts", array.shape, expected)
+            raise EmbedderUnavailable()
+        window: Window = [(*owners.popleft(), vector) for vector in array]
+        rows, _ = stage([window], generation.bm25_levels)
+        for level, chunks in rows.items():
+            staged[level] += chunks
+
+    if pause is not None:
+        every = list(texts())
+        size = int(getattr(embedder, "batch_size", generation.window))
+        for start in range(0, len(every), size):
+            await pause()
+            batch = every[start : start + size]
+            take(await embedder.embed_passages(batch), len(batch))
+        return staged
     windows = embed_windows(embedder, texts(), generation.window, total=total)
     async with contextlib.aclosing(windows):
         async for offset, vectors in windows:
-            expected = min(generation.window, total - offset)
-            array = np.asarray(vectors, dtype=np.float32)
-            if array.shape != (expected, embedder.dim):
-                log.error("embedder returned shape %s for %d texts", array.shape, expected)
-                raise EmbedderUnavailable()
-            window: Window = [(*owners.popleft(), vector) for vector in array]
-            rows, _ = stage([window], generation.bm25_levels)
-            for level, chunks in rows.items():
-                staged[level] += chunks
+            take(vectors, min(generation.window, total - offset))
     return staged
 
 

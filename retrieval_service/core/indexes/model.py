@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.identity import canonical_json, check_kb_id, kb_name
@@ -75,9 +75,6 @@ class IndexRecord:
     @property
     def name(self) -> str:
         return index_name(self.knowledge_base, self.index_id)
-
-    def with_state(self, state: int) -> IndexRecord:
-        return replace(self, state=state)
 
 
 def index_name(knowledge_base: str, index_id: str) -> str:

@@ -49,6 +49,7 @@ from retrieval_service.core.indexes.model import (
     parse_index_name,
 )
 from retrieval_service.core.indexes.texts import unpack_pages
+from retrieval_service.core.ingest.flow import SEAL_EVERY_ROWS
 from retrieval_service.core.ingest.validation import list_page_size
 from retrieval_service.core.ports import DocumentRegistry
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: Documents a build embeds, then writes under the lock, at a time.
 BUILD_BATCH = 8
+#: How long a build waits for the ingests in flight before its next batch, at most: it gives
+#: way to the callers' writes, but a steady stream of them never stops it.
+YIELD_SECONDS = 2.0
 #: `require(text, field)`: the full name of an existing knowledge base (KnowledgeBases.require).
 Require = Callable[[str, str], Awaitable[str]]
 
@@ -74,7 +78,15 @@ class IndexStore(Protocol):
 
     async def active(self, knowledge_bases: Sequence[str]) -> dict[str, IndexRecord]: ...
 
-    async def update(self, record: IndexRecord, *, states: Sequence[int]) -> bool: ...
+    async def update(self, record: IndexRecord, *, states: Sequence[int]) -> bool:
+        """Writes `record`'s state and counts while its stored state is one of `states`."""
+        ...
+
+    async def set_state(
+        self, knowledge_base: str, index_id: str, state: int, *, states: Sequence[int]
+    ) -> bool:
+        """Writes the state alone while the stored state is one of `states`."""
+        ...
 
     async def activate(self, knowledge_base: str, index_id: str) -> bool: ...
 
@@ -89,7 +101,10 @@ class GenerationSource(Protocol):
     """Opens generations (`adapters/milvus/generations.py`): each config's collections, created
     when missing, with its embedder (EMBEDDERS) and chunking; cached by collection."""
 
-    async def open(self, record: IndexRecord) -> Generation: ...
+    async def open(self, record: IndexRecord, *, background: bool = False) -> Generation:
+        """`background`: the generation as a build writes it (an embedder that leaves the
+        callers their share of the cores)."""
+        ...
 
     async def drop(self, collection: str) -> None:
         """Drops a generation's collections (none of them the service's own)."""
@@ -148,10 +163,13 @@ class Indexes:
         dimensions: Mapping[str, int],
         lock: asyncio.Lock,
         on_build_document: Callable[[str], None] | None = None,
+        writing: Callable[[], bool] = lambda: False,
     ) -> None:
         """`own`: the template of every knowledge base's `initial` index (the service's
         settings and collections); `dimensions`: each embedder EMBEDDERS declares, with its
-        vector size; `lock`: the ingestor's write lock."""
+        vector size; `lock`: the ingestor's write lock; `writing`: whether an ingest runs
+        in this process now (`Ingestor.busy`: a build gives way to it)."""
+        self._writing = writing
         self._store = store
         self._require = require
         self._registry = registry
@@ -160,6 +178,7 @@ class Indexes:
         self._dimensions = dict(dimensions)
         self._lock = lock
         self._on_build_document = on_build_document or (lambda _result: None)
+        self._unsealed = 0
 
     @property
     def own(self) -> IndexRecord:
@@ -232,12 +251,14 @@ class Indexes:
         return [(await self._generation(r), partial(self._fail, r)) for r in records]
 
     async def _fail(self, record: IndexRecord) -> None:
-        if await self._store.update(record.with_state(FAILED), states=(BUILDING, READY)):
+        kb, index_id = record.knowledge_base, record.index_id
+        if await self._store.set_state(kb, index_id, FAILED, states=(BUILDING, READY)):
             log.error("index %s is FAILED: it missed a write", record.name)
 
     async def mark_failed(self, record: IndexRecord) -> None:
         """A build that stopped with an error (or was cancelled) leaves its index FAILED."""
-        await self._store.update(record.with_state(FAILED), states=(BUILDING,))
+        kb, index_id = record.knowledge_base, record.index_id
+        await self._store.set_state(kb, index_id, FAILED, states=(BUILDING,))
 
     # ---- the RPCs --------------------------------------------------------------------------
 
@@ -355,7 +376,7 @@ class Indexes:
         record = await self._store.get(kb, index_id)
         if record is None or record.state != BUILDING:
             raise IndexGone(name)
-        generation = await self._generation(record)
+        generation = await self._generations.open(record, background=True)
         if not progress.total:
             total = (await self._registry.counts([kb])).get(kb, (0, 0))[0]
             progress = replace(progress, total=total)
@@ -366,7 +387,7 @@ class Indexes:
             )
             if not page.entries:
                 break
-            leaves = await self._build_batch(generation, kb, page.entries)
+            leaves = await self._build_batch(generation, kb, index_id, page.entries)
             progress = BuildProgress(
                 page.entries[-1].document_id,
                 progress.indexed + len(page.entries),
@@ -377,6 +398,7 @@ class Indexes:
                 return None
             if not page.next_page_token:
                 break
+        await generation.chunks.seal()  # fast to search from the first read
         ready = replace(
             record, state=READY, documents_indexed=progress.indexed, documents_total=progress.total
         )
@@ -395,8 +417,16 @@ class Indexes:
             raise IndexGone(record.name)
         return await save(progress)
 
+    async def _give_way(self) -> None:
+        """Waits (at most YIELD_SECONDS) while an ingest runs: its document embeds twice
+        already (once per index), and the build's batch would take the cores from it."""
+        waited = 0.0
+        while self._writing() and waited < YIELD_SECONDS:
+            await asyncio.sleep(0.05)
+            waited += 0.05
+
     async def _build_batch(
-        self, generation: Generation, kb: str, entries: Sequence[DocumentEntry]
+        self, generation: Generation, kb: str, index_id: str, entries: Sequence[DocumentEntry]
     ) -> int:
         texts = await self._registry.texts(kb, [(e.document_id, e.content_sha256) for e in entries])
         lacking = [e.document_id for e in entries if (e.document_id, e.content_sha256) not in texts]
@@ -409,8 +439,12 @@ class Indexes:
                 "text was kept; ingest them again, then build",
             )
         documents = [(e, unpack_pages(texts[(e.document_id, e.content_sha256)])) for e in entries]
-        staged = await embed_documents(generation, documents)
+        staged = await embed_documents(generation, documents, pause=self._give_way)
         async with self._lock:
+            # Deleted (or failed) while this batch embedded: nothing more goes into it.
+            still = await self._store.get(kb, index_id)
+            if still is None or still.state != BUILDING:
+                raise IndexGone(index_name(kb, index_id))
             current = await self._registry.current_versions([e.document_id for e in entries], kb)
             live = {
                 (e.document_id, e.version)
@@ -422,6 +456,10 @@ class Indexes:
                 for level, chunks in staged.items()
             }
             await write_staged(generation, kept)
+            self._unsealed += sum(map(len, kept.values()))
+            if self._unsealed >= SEAL_EVERY_ROWS:
+                await generation.chunks.seal()
+                self._unsealed = 0
         for e in entries:
             self._on_build_document(
                 "written" if (e.document_id, e.version) in live else "superseded"

@@ -209,6 +209,12 @@ class Ingestor:
         self._plan: Plans = plans or one_index
         # One writer per process at a time; across processes, versions order the writers.
         self._lock = lock or asyncio.Lock()
+        self._in_flight = 0
+
+    @property
+    def busy(self) -> bool:
+        """Whether an ingest runs in this process now (index builds give way to it)."""
+        return self._in_flight > 0
 
     # ---- ingest ---------------------------------------------------------------------------
 
@@ -390,9 +396,13 @@ class Ingestor:
         document not yet committed as it was, and raises ShuttingDown."""
         async with self._draining.job("ingest"):
             self._draining.check()
-            return await self._ingest(
-                documents, knowledge_base, deadline, on_progress, groups, seal
-            )
+            self._in_flight += 1
+            try:
+                return await self._ingest(
+                    documents, knowledge_base, deadline, on_progress, groups, seal
+                )
+            finally:
+                self._in_flight -= 1
 
     async def _ingest(
         self,
