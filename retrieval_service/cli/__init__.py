@@ -49,9 +49,10 @@ cancelled or some documents failed. `operations` lists, shows, follows (`wait`, 
 `index` manages a knowledge base's indexes (docs/api.md#indexes): `index create` starts
 building another index from the documents the knowledge base holds — each config flag not
 given takes the service's setting — and prints its operation's name; `--wait` follows it with
-a progress bar and prints the READY index (exit 1 when the build failed). `index list` marks
-the active index, `index activate NAME` switches the knowledge base's reads to a READY index
-(UpdateKnowledgeBase, mask `active_index`), `index delete` removes one that is not active. An
+a progress bar and prints the READY index (exit 1 when the build failed); `operations
+get|wait|list` show a build the same way. `index list` marks the active index, `index activate
+NAME` switches the knowledge base's reads to a READY index (UpdateKnowledgeBase, mask
+`active_index`), `index delete` removes one that is not active. An
 index is named `knowledge_bases/KB/indexes/ID` or `KB/ID`. `search --index NAME` reads that
 READY index instead of the active one, e.g. to compare two before a switch; `kb get` and
 `kb list` show each knowledge base's active index.

@@ -7,15 +7,18 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 from google.longrunning import operations_pb2_grpc
+from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import json_format
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from supermew.v1 import retrieval_pb2_grpc
+from tqdm import tqdm
 
 from shared.errors import ConfigurationError
 from shared.tls import add_tls_arguments, credentials_from_arguments, mismatch_hint
@@ -121,6 +124,35 @@ def document_metadata(path: Path, flags: Json) -> Json:
             raise ValueError(f"{sidecar.name}: not a JSON object")
         base = loaded
     return {**base, **flags}
+
+
+#: How often a followed operation is read again.
+POLL_SECONDS = 0.5
+#: Where an operation is: (documents in all, documents done, its state's name).
+Position = Callable[[operations_pb2.Operation], tuple[int, int, str]]
+
+
+def follow_operation(
+    ops: Any,
+    name: str,
+    metadata: Metadata,
+    args: argparse.Namespace,
+    position: Position,
+    timeout: float | None = None,
+) -> operations_pb2.Operation:
+    """Reads the operation `name` until it is done (or `timeout` seconds), a bar over its
+    documents on stderr as `position` reads them (none with --json)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    request = operations_pb2.GetOperationRequest(name=name)
+    with tqdm(total=0, unit="doc", file=sys.stderr, disable=args.json, leave=False) as bar:
+        while True:
+            op = ops.GetOperation(request, timeout=deadline(args), metadata=metadata)
+            bar.total, bar.n, state = position(op)
+            bar.set_description(state.lower())
+            bar.refresh()
+            if op.done or (end is not None and time.monotonic() >= end):
+                return op
+            time.sleep(POLL_SECONDS)
 
 
 def rpc_reason(exc: grpc.RpcError) -> str:

@@ -1,32 +1,30 @@
 """The import and operations commands (docs/api.md#imports): start an ImportDocuments job and
 follow it (`--wait`: a progress bar until it is done), and list, get, wait for or cancel
-operations. The job runs on the server, so a closed terminal does not stop it."""
+operations — imports and index builds (CreateIndex, shown as `index create` shows them). The
+job runs on the server, so a closed terminal does not stop it."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from google.longrunning import operations_proto_pb2 as operations_pb2
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
-from tqdm import tqdm
 
 from retrieval_service.cli.common import (
     Metadata,
     deadline,
+    follow_operation,
     kb_name,
     message_dict,
     parse_metadata_flags,
 )
+from retrieval_service.cli.indexes import build_position, build_summary, operation_dict
 
 State = retrieval_pb2.ImportDocumentsMetadata.State
-#: How often `--wait` reads the operation again.
-POLL_SECONDS = 0.5
 COUNTS = ("new", "replaced", "unchanged", "deleted", "failed", "skipped")
 
 
@@ -45,7 +43,14 @@ def progress_of(op: operations_pb2.Operation) -> retrieval_pb2.ImportDocumentsMe
     return metadata
 
 
+def is_build(op: operations_pb2.Operation) -> bool:
+    """Whether the operation is an index build (its metadata a CreateIndexMetadata)."""
+    return op.metadata.Is(retrieval_pb2.CreateIndexMetadata.DESCRIPTOR)
+
+
 def summary(op: operations_pb2.Operation) -> str:
+    if is_build(op):
+        return build_summary(op)
     meta = progress_of(op)
     counts = ", ".join(f"{name} {getattr(meta, 'documents_' + name)}" for name in COUNTS)
     line = (
@@ -58,7 +63,7 @@ def summary(op: operations_pb2.Operation) -> str:
 
 
 def failures(op: operations_pb2.Operation) -> list[str]:
-    if not op.done or op.WhichOneof("result") != "response":
+    if not op.done or op.WhichOneof("result") != "response" or is_build(op):
         return []
     response = retrieval_pb2.ImportDocumentsResponse()
     op.response.Unpack(response)
@@ -66,6 +71,8 @@ def failures(op: operations_pb2.Operation) -> list[str]:
 
 
 def _as_json(op: operations_pb2.Operation) -> dict[str, Any]:
+    if is_build(op):
+        return operation_dict(op)
     out: dict[str, Any] = {"name": op.name, "done": op.done}
     out["metadata"] = message_dict(progress_of(op))
     if op.done and op.WhichOneof("result") == "error":
@@ -96,25 +103,21 @@ def _exit_code(op: operations_pb2.Operation) -> int:
     return 1 if progress_of(op).documents_failed else 0
 
 
+def position(op: operations_pb2.Operation) -> tuple[int, int, str]:
+    """Where an import (or an index build) is: documents in all, done, and its state."""
+    if is_build(op):
+        return build_position(op)
+    meta = progress_of(op)
+    done = meta.documents_new + meta.documents_replaced + meta.documents_unchanged
+    return meta.documents_total, done + meta.documents_failed, State.Name(meta.state)
+
+
 def follow(
     ops: Any, name: str, metadata: Metadata, timeout: float | None, args: argparse.Namespace
 ) -> operations_pb2.Operation:
     """Reads the operation until it is done (or `timeout` seconds), a bar over its documents
-    on stderr."""
-    end = None if timeout is None else time.monotonic() + timeout
-    request = operations_pb2.GetOperationRequest(name=name)
-    with tqdm(total=0, unit="doc", file=sys.stderr, disable=args.json, leave=False) as bar:
-        while True:
-            op = ops.GetOperation(request, timeout=deadline(args), metadata=metadata)
-            meta = progress_of(op)
-            bar.total = meta.documents_total
-            bar.n = meta.documents_new + meta.documents_replaced + meta.documents_unchanged
-            bar.n += meta.documents_failed
-            bar.set_description(State.Name(meta.state).lower())
-            bar.refresh()
-            if op.done or (end is not None and time.monotonic() >= end):
-                return op
-            time.sleep(POLL_SECONDS)
+    on stderr (those imported, or those an index build wrote)."""
+    return follow_operation(ops, name, metadata, args, position, timeout)
 
 
 def import_documents(

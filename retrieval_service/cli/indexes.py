@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from typing import Any
 
 from google.longrunning import operations_proto_pb2 as operations_pb2
 from google.protobuf import field_mask_pb2
 from supermew.v1 import retrieval_pb2, retrieval_pb2_grpc
-from tqdm import tqdm
 
 from retrieval_service.cli.common import (
     KB_PREFIX,
@@ -22,6 +19,7 @@ from retrieval_service.cli.common import (
     Json,
     Metadata,
     deadline,
+    follow_operation,
     kb_name,
     message_dict,
 )
@@ -29,8 +27,6 @@ from shared.index_names import INDEXES_SEGMENT, index_kb_name, is_index_name
 
 BuildState = retrieval_pb2.ImportDocumentsMetadata.State
 IndexState = retrieval_pb2.Index.State
-#: How often `index create --wait` reads the operation again.
-POLL_SECONDS = 0.5
 
 
 def index_name(text: str) -> str:
@@ -139,6 +135,12 @@ def build_progress(op: operations_pb2.Operation) -> retrieval_pb2.CreateIndexMet
     return metadata
 
 
+def build_position(op: operations_pb2.Operation) -> tuple[int, int, str]:
+    """Where a build is: documents it reads, documents written, its state."""
+    meta = build_progress(op)
+    return meta.documents_total, meta.documents_indexed, BuildState.Name(meta.state)
+
+
 def build_summary(op: operations_pb2.Operation) -> str:
     meta = build_progress(op)
     line = (
@@ -179,24 +181,6 @@ def _print_json(value: Any) -> None:
 # ---- commands ------------------------------------------------------------------------------
 
 
-def follow_build(
-    ops: Any, name: str, metadata: Metadata, args: argparse.Namespace
-) -> operations_pb2.Operation:
-    """Reads the build's operation until it is done, a bar over its documents on stderr."""
-    request = operations_pb2.GetOperationRequest(name=name)
-    with tqdm(total=0, unit="doc", file=sys.stderr, disable=args.json, leave=False) as bar:
-        while True:
-            op = ops.GetOperation(request, timeout=deadline(args), metadata=metadata)
-            meta = build_progress(op)
-            bar.total = meta.documents_total
-            bar.n = meta.documents_indexed
-            bar.set_description(BuildState.Name(meta.state).lower())
-            bar.refresh()
-            if op.done:
-                return op
-            time.sleep(POLL_SECONDS)
-
-
 def index_create(
     stub: retrieval_pb2_grpc.RetrievalServiceStub, args: argparse.Namespace, metadata: Metadata
 ) -> int:
@@ -209,7 +193,7 @@ def index_create(
         else:
             print(f"started {op.name}; follow it with: operations wait {op.name}")
         return 0
-    op = follow_build(args.operations, op.name, metadata, args)
+    op = follow_operation(args.operations, op.name, metadata, args, build_position)
     if args.json:
         _print_json(operation_dict(op))
     else:

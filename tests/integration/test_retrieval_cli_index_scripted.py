@@ -169,6 +169,19 @@ async def test_create_without_wait_prints_the_operation_and_json_follows_it(scri
     assert done["metadata"]["state"] == "SUCCEEDED" and done["response"]["name"] == INDEX
 
 
+async def test_operations_wait_and_get_show_a_build(scripted) -> None:
+    script, port = scripted
+    script.build = [_build(False), _build(True)]
+    rc, out, err = await _cli(port, "operations", "wait", "operations/b1")
+    assert rc == 0, err
+    assert out.splitlines()[0] == (
+        f"operations/b1  {INDEX}  SUCCEEDED  100%  4/4 document(s), 40 leaves written"
+    )
+    rc, out, err = await _cli(port, "operations", "get", "operations/b1", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["response"]["name"] == INDEX
+
+
 async def test_a_failed_build_exits_one_with_its_error(scripted) -> None:
     script, port = scripted
     script.build = [_build(True, error="embedder e5-large did not answer")]

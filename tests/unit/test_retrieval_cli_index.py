@@ -13,7 +13,7 @@ from google.protobuf import field_mask_pb2
 from google.rpc import status_pb2
 from supermew.v1 import retrieval_pb2 as R
 
-from retrieval_service.cli import build_parser
+from retrieval_service.cli import build_parser, imports
 from retrieval_service.cli import indexes as ix
 from retrieval_service.cli.common import CliSettings
 from retrieval_service.cli.kb import _kb_dict
@@ -182,3 +182,27 @@ def test_a_build_operation_prints_its_progress_and_its_index() -> None:
         "code": 9,
         "message": "embedder e5-large is unreachable",
     }
+
+
+def test_the_operations_commands_show_a_build_as_index_create_does() -> None:
+    running, done = _operation(done=False), _operation(done=True)
+    assert imports.is_build(running) and imports.is_build(done)
+    assert imports.summary(running) == ix.build_summary(running)
+    assert imports.position(running) == (4, 3, "RUNNING")
+    assert imports.position(done) == (4, 4, "SUCCEEDED")
+    assert imports._as_json(done) == ix.operation_dict(done)
+    assert imports.failures(done) == []
+    assert imports._exit_code(done) == 0 and imports._exit_code(running) == 3
+    failed = _operation(done=True, error="embedder e5-large is unreachable")
+    assert imports._exit_code(failed) == 1
+
+
+def test_an_import_operation_is_no_build() -> None:
+    op = operations_pb2.Operation(name="operations/i1", done=False)
+    op.metadata.Pack(
+        R.ImportDocumentsMetadata(
+            state=BuildState.RUNNING, documents_total=10, documents_new=3, documents_failed=1
+        )
+    )
+    assert not imports.is_build(op)
+    assert imports.position(op) == (10, 4, "RUNNING")
