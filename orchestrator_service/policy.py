@@ -20,12 +20,12 @@ from shared.policy import AuditRow, RpcPolicies, RpcPolicy, service_policies
 _ORCHESTRATOR_SERVICE: Final = {
     "Run": RpcPolicy(
         Permission.READ,
-        "knowledge_bases",
+        ("knowledge_bases", "index"),
         AuditRow(filter="filter", question="question", returned="docs.document_id"),
     ),
     "StreamRun": RpcPolicy(
         Permission.READ,
-        "knowledge_bases",
+        ("knowledge_bases", "index"),
         AuditRow(filter="filter", question="question", returned="result.docs.document_id"),
     ),
     "Resume": RpcPolicy(
