@@ -27,6 +27,7 @@ from retrieval_service.core.indexes.model import parse_index_name
 from tests.fakes.embeddings_server import EmbeddingsServer
 from tests.integration.retrieval_harness import Service, corpus_documents, running_service
 from tests.integration.test_evaluation import SCIFACT, ingest_scifact, orchestrator, run_evaluation
+from tests.integration.test_imports import wait
 from tests.integration.test_retrieval_crash_safety import DIM, ServiceProcess, embedding_env
 
 pytestmark = pytest.mark.integration
@@ -54,17 +55,6 @@ async def create_index(svc: Service, index_id: str, **config: Any) -> operations
             index=retrieval_pb2.Index(config=retrieval_pb2.IndexConfig(**config)),
         )
     )
-
-
-async def wait(ops: Any, name: str, seconds: float = 300) -> operations_pb2.Operation:
-    op = await ops.WaitOperation(
-        operations_pb2.WaitOperationRequest(
-            name=name, timeout=duration_pb2.Duration(seconds=int(seconds))
-        ),
-        timeout=seconds + 5,
-    )
-    assert op.done, op
-    return op
 
 
 def built(op: operations_pb2.Operation) -> retrieval_pb2.Index:
@@ -114,7 +104,7 @@ async def test_build_read_switch_back_and_delete(tmp_path: Path, database: dict[
         assert [(i.name, i.state) for i in listed.indexes] == [(INITIAL, State.READY)]
 
         op = await create_index(svc, "big", chunk_size=1200, chunk_overlap=150)
-        index = built(await wait(ops, op.name))
+        index = built(await wait(ops, op.name, 600))
         assert (index.name, index.state, index.config.chunk_size) == (BIG, State.READY, 1200)
         assert index.documents_indexed == index.documents_total == len(await current(svc))
         assert await held(svc, BIG) == await held(svc, INITIAL) == await current(svc)
@@ -207,7 +197,7 @@ async def test_a_build_beside_live_writes_then_a_switch_under_load(tmp_path: Pat
                 return n - 24
 
             writes = await writer()
-            index = built(await wait(ops, op.name))
+            index = built(await wait(ops, op.name, 600))
             assert writes >= 1  # the build ran beside live writes
             assert index.config.embedder == "second" and index.config.dimension == 32
             name = DEFAULT_KB + "/indexes/second"
@@ -329,7 +319,7 @@ async def test_run_evaluation_against_each_index_gives_each_its_figures(tmp_path
     and CompareEvaluationRuns pairs them."""
     async with service(tmp_path / "kb.db") as (svc, ops):
         await ingest_scifact(svc)
-        index = built(await wait(ops, (await create_index(svc, "big", chunk_size=1200)).name))
+        index = built(await wait(ops, (await create_index(svc, "big", chunk_size=1200)).name, 600))
         async with orchestrator(svc.port, tmp_path / "orchestrator.sqlite3") as stack:
             created = await stack.evaluation.CreateEvaluationSet(
                 evaluation_pb2.CreateEvaluationSetRequest(evaluation_set_id="scifact")
