@@ -208,6 +208,8 @@ IMPORT_DOCUMENTS = Counter(
     ("result",),
     registry=REGISTRY,
 )
+#: What an index build did with a document (docs/api.md#metrics).
+INDEX_BUILD_RESULTS = ("written", "superseded", "no_text")
 INDEX_BUILD_DOCUMENTS = Counter(
     "supermew_index_build_documents_total",
     "Documents index builds wrote into their new index, or could not (no stored text).",

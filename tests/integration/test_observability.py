@@ -105,7 +105,9 @@ BOUNDED: dict[str, set[str]] = {
     "stage": set(retrieval_metrics.STAGES),
     "level": {"1", "2", "3"},
     "state": set(retrieval_metrics.RECLAIMED_STATES) | {s.name for s in OperationState},
-    "result": set(retrieval_metrics.IMPORT_RESULTS) | set(orchestrator_metrics.EVALUATION_RESULTS),
+    "result": set(retrieval_metrics.IMPORT_RESULTS)
+    | set(retrieval_metrics.INDEX_BUILD_RESULTS)
+    | set(orchestrator_metrics.EVALUATION_RESULTS),
     "rating": set(orchestrator_metrics.FEEDBACK_RATINGS),
 }
 OUR_PREFIXES = ("grpc_server_", "supermew_")
