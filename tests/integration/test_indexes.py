@@ -102,6 +102,7 @@ async def test_build_read_switch_back_and_delete(tmp_path: Path, database: dict[
         assert kb.active_index == INITIAL
         listed = await svc.stub.ListIndexes(retrieval_pb2.ListIndexesRequest(parent=DEFAULT_KB))
         assert [(i.name, i.state) for i in listed.indexes] == [(INITIAL, State.READY)]
+        assert listed.indexes[0].create_time == kb.create_time
 
         op = await create_index(svc, "big", chunk_size=1200, chunk_overlap=150)
         index = built(await wait(ops, op.name, 600))

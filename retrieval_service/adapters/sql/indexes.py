@@ -200,16 +200,21 @@ class SqlIndexStore:
         collection up to `template`'s (the service's settings decide how its own collections
         are written). Returns how many it created."""
         async with self._db.write("indexes_create") as connection:
-            names = [
-                row.name
+            missing = [
+                (row.name, int(row.create_time))
                 for row in await connection.execute(
-                    select(_K.name).where(
+                    select(_K.name, _K.create_time).where(
                         ~exists().where(_I.knowledge_base == _K.name, _I.index_id == INITIAL)
                     )
                 )
             ]
-            for name in names:
-                row = _row(template) | {"knowledge_base": name, "index_id": INITIAL}
+            for name, created in missing:
+                # As old as its knowledge base: its rows are the knowledge base's own.
+                row = _row(template) | {
+                    "knowledge_base": name,
+                    "index_id": INITIAL,
+                    "create_time": created,
+                }
                 await connection.execute(indexes.insert(), row)
             config = {
                 k: v
@@ -227,4 +232,4 @@ class SqlIndexStore:
             await connection.execute(
                 update(indexes).where(_I.collection == template.collection).values(**config)
             )
-        return len(names)
+        return len(missing)
