@@ -25,6 +25,7 @@ from retrieval_service.imports import Imports
 from retrieval_service.index_builds import IndexBuilds, index_to_proto
 from shared.access import Permission, Principal, current_principal
 from shared.codec import chunk_to_proto, retrieval_meta_to_proto
+from shared.index_names import index_kb_name, is_index_name
 from shared.operations import operation_to_proto
 
 
@@ -355,5 +356,6 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
 
 
 def kb_of_index(text: str) -> str:
-    """The knowledge base an index name is inside (its form is checked by the RPC)."""
-    return text.split("/indexes/", 1)[0] if "/indexes/" in text else text
+    """The knowledge base a well-formed index name is inside, for the access check before
+    the RPC (a malformed name passes as it is: the RPC answers INVALID_ARGUMENT for it)."""
+    return index_kb_name(text) if is_index_name(text) else text

@@ -5,12 +5,13 @@ puts it in. Pure: no I/O."""
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 from retrieval_service.core.chunking import ChunkingConfig
-from retrieval_service.core.identity import canonical_json, check_kb_id, kb_name
+from retrieval_service.core.identity import canonical_json, check_kb_id
+from shared.access import KB_PREFIX
 from shared.errors import InvalidArgument
+from shared.index_names import INDEX_NAME, INDEXES_SEGMENT, NAME_RULE
 
 BUILDING, READY, FAILED, DELETING = 1, 2, 3, 4
 STATE_NAMES = {BUILDING: "BUILDING", READY: "READY", FAILED: "FAILED", DELETING: "DELETING"}
@@ -21,7 +22,6 @@ BUILTIN = "builtin"
 #: The only BM25 analyzer this release builds (the chunk schema's).
 ANALYZERS = ("standard",)
 MIN_CHUNK_SIZE, MAX_CHUNK_SIZE = 64, 8192
-_INDEX_NAME = re.compile(r"knowledge_bases/([^/]+)/indexes/([^/]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +78,17 @@ class IndexRecord:
 
 
 def index_name(knowledge_base: str, index_id: str) -> str:
-    return f"{knowledge_base}/indexes/{index_id}"
+    return f"{knowledge_base}{INDEXES_SEGMENT}{index_id}"
 
 
 def parse_index_name(text: str, field: str) -> tuple[str, str]:
-    """(knowledge base full name, index id) of `knowledge_bases/{kb}/indexes/{id}`;
-    INVALID_ARGUMENT naming `field` otherwise."""
-    match = _INDEX_NAME.fullmatch(text)
+    """(knowledge base full name, index id) of `knowledge_bases/{kb}/indexes/{id}`
+    (`shared.index_names`, the form both services check); INVALID_ARGUMENT naming `field`
+    otherwise."""
+    match = INDEX_NAME.fullmatch(text)
     if match is None:
-        raise InvalidArgument(
-            field, f"{text!r} is not an index name knowledge_bases/{{kb}}/indexes/{{id}}"
-        )
-    kb = kb_name(check_kb_id(match.group(1), field), field)
-    return kb, check_index_id(match.group(2), field)
+        raise InvalidArgument(field, NAME_RULE)
+    return KB_PREFIX + match["kb"], match["index"]
 
 
 def check_index_id(index_id: str, field: str) -> str:

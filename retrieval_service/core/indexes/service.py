@@ -37,7 +37,6 @@ from retrieval_service.core.indexes.model import (
     BUILDING,
     DELETING,
     FAILED,
-    INITIAL,
     READY,
     STATE_NAMES,
     IndexConfig,
@@ -180,10 +179,6 @@ class Indexes:
         self._lock = lock
         self._on_build_document = on_build_document or (lambda _result: None)
         self._unsealed = 0
-
-    @property
-    def own(self) -> IndexRecord:
-        return self._own
 
     async def ensure_initial(self) -> None:
         """Every knowledge base without an index gets `initial` from the settings (the
@@ -470,8 +465,3 @@ class Indexes:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def index_of(knowledge_base: str, record: IndexRecord | None) -> str:
-    """The full name of a knowledge base's active index (`initial` before it has a record)."""
-    return index_name(knowledge_base, record.index_id if record else INITIAL)
