@@ -29,6 +29,7 @@ def check(**fields: object) -> IndexConfig:
         DIMENSIONS,
         default_size=800,
         default_overlap=100,
+        default_header=True,
     )
 
 
@@ -53,7 +54,9 @@ def test_index_names_parse_into_knowledge_base_and_id() -> None:
 def test_zero_fields_take_the_service_defaults() -> None:
     assert check(
         embedder="", dimension=0, chunk_size=0, chunk_overlap=0, analyzer=""
-    ) == IndexConfig("builtin", 384, 800, 100, False, "standard")
+    ) == IndexConfig("builtin", 384, 800, 100, True, "standard")
+    # A chunk size alone changes the chunk size alone: the leaf header stays the service's.
+    assert check(chunk_size=1600, chunk_overlap=100).leaf_context_header
     assert check(embedder="big", chunk_size=1200, chunk_overlap=0).dimension == 1024
     assert check(embedder="big", chunk_size=1200, chunk_overlap=0).chunk_overlap == 0
 

@@ -96,11 +96,18 @@ def check_index_id(index_id: str, field: str) -> str:
 
 
 def checked_config(
-    config: IndexConfig, dimensions: dict[str, int], *, default_size: int, default_overlap: int
+    config: IndexConfig,
+    dimensions: dict[str, int],
+    *,
+    default_size: int,
+    default_overlap: int,
+    default_header: bool,
 ) -> IndexConfig:
     """The config a CreateIndex asks for with its defaults filled in (an empty embedder is
     `builtin`, a zero dimension the embedder's, a zero chunk size CHUNK_SIZE with its
-    overlap, an empty analyzer `standard`); INVALID_ARGUMENT naming `index.config.<field>`
+    overlap, a false leaf header LEAF_CONTEXT_HEADER, an empty analyzer `standard`), so an
+    index asked for with a chunk size alone differs from the service's in its chunk size
+    alone; INVALID_ARGUMENT naming `index.config.<field>`
     for an embedder EMBEDDERS does not declare, a dimension that is not the embedder's, a
     chunk size out of range or an overlap not below it. `dimensions`: each embedder's."""
     prefix = "index.config."
@@ -132,7 +139,8 @@ def checked_config(
         raise InvalidArgument(
             prefix + "analyzer", f"{analyzer!r} is not one of {', '.join(ANALYZERS)}"
         )
-    return IndexConfig(embedder, dimension, size, overlap, config.leaf_context_header, analyzer)
+    header = config.leaf_context_header or default_header
+    return IndexConfig(embedder, dimension, size, overlap, header, analyzer)
 
 
 def generation_collection(base: str, config: IndexConfig) -> str:

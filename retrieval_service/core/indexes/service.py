@@ -271,6 +271,7 @@ class Indexes:
             self._dimensions,
             default_size=self._own.config.chunk_size,
             default_overlap=self._own.config.chunk_overlap,
+            default_header=self._own.config.leaf_context_header,
         )
         for other in await self._store.of(kb):
             if other.config.key == config.key and other.state != DELETING:
