@@ -66,7 +66,7 @@ def read_lines(text: str) -> Iterator[Line]:
     fenced = False
     joinable = False  # whether the next line may continue the current paragraph
     offset = 0
-    for raw in text.splitlines(keepends=True):
+    for raw in _lines(text):
         start, offset = offset, offset + len(raw)
         body = raw.rstrip("\r\n")
         end = start + len(body)
@@ -82,6 +82,21 @@ def read_lines(text: str) -> Iterator[Line]:
         body_start = start + (prefix.end() if prefix else 0)
         yield Line(start, body_start, end, kind, joins=joinable and kind is LineKind.PROSE)
         joinable = line_may_wrap(stripped)
+
+
+#: What `str.splitlines` ends a line at.
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _lines(text: str) -> Iterator[str]:
+    """`text.splitlines(keepends=True)` one line at a time: a large page is not copied into a
+    list of its lines (the chunker reads pages of any size)."""
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        yield text[start : match.end()]
+        start = match.end()
+    if start < len(text):
+        yield text[start:]
 
 
 def _line_kind(body: str, stripped: str, fenced: bool) -> LineKind:
