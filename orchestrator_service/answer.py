@@ -6,7 +6,8 @@ text into the `Answer` a caller receives. Pure: no model call, no I/O.
   the final text.
 - Each cited doc gets one `Citation` whose quote is a verbatim span of its text: the sentence(s)
   holding the claim when the claim is copied from the doc, else the doc's sentence sharing most
-  words (Latin) or character pairs (CJK) with the claim.
+  words (Latin) or character pairs (CJK) with the claim. Sentences are read by
+  `shared.sentences`, the reading the retrieval chunker cuts by too.
 - A partial answer ends with a sentence naming what the evidence lacks (the grade's
   missing_slots) and the sub-questions of a compound question it does not answer or answers
   only in part, in the question's language.
@@ -20,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.lang import CJK_CHAR, CJK_RUN
+from shared.lang import CJK_RUN
+from shared.sentences import CLAIM_EDGES, sentence_spans, unwrap
 
 #: "[3]", "[1, 2]", "[1，2]", "[1、2]": one or more chunk numbers in square brackets.
 MARKER = re.compile(r"\[\s*(\d{1,4}(?:\s*[,，、]\s*\d{1,4})*)\s*\]")
@@ -28,18 +30,7 @@ _MARKER_WITH_SPACE = re.compile(r"[ \t]*" + MARKER.pattern)
 #: What an unfinished marker can look like at the end of a streamed piece.
 _OPEN_MARKER = re.compile(r"\[[\d\s,，、]{0,24}$")
 _NUMBER = re.compile(r"\d+")
-#: Sentence ends: CJK marks anywhere, "；" included (a Chinese clause reads on its own); Latin
-#: marks before whitespace or the end, ";" excluded (an English clause after it is lower case).
-_SENTENCE_END = re.compile(r"[。！？；]+|[.!?]+(?=\s|$)")
-_LINE_PREFIX = re.compile(r"^\s*(?:[-*+•]\s+|\d{1,3}[.)]\s+|>\s*)?")
-_HEADING = re.compile(r"^\s*#{1,6}\s")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-#: A line this wide (columns) or wider may have been wrapped: the next line may continue its
-#: sentence. Hard-wrapped text fills lines to 65–80 columns; titles and labels are shorter.
-WRAP_MIN_WIDTH = 45
 _LATIN_WORD = re.compile(r"[a-z0-9]+")
-#: What may stand around a claim without being part of it: spaces and punctuation.
-CLAIM_EDGES = " \t\r\n。！？；，、.!?;,:：-—"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,107 +57,6 @@ class Answer:
     support_score: float = 0.0
     #: Claims the model wrote that the grounding check dropped.
     dropped_claims: int = 0
-
-
-# ---- sentences -------------------------------------------------------------------------------
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of every sentence of `text`, so that `text[start:end]` is the sentence
-    verbatim: split at sentence marks (kept with their sentence) and at the ends of paragraphs,
-    list bullets and surrounding whitespace left out, Markdown heading lines skipped. A line
-    break inside a paragraph of hard-wrapped text does not end a sentence (`paragraph_spans`):
-    such a sentence spans lines, its line breaks verbatim (`unwrap` reads it as one line)."""
-    spans: list[tuple[int, int]] = []
-    for block_start, block_end in paragraph_spans(text):
-        start = block_start
-        for mark in _SENTENCE_END.finditer(text, start, block_end):
-            spans.append((start, mark.end()))
-            start = mark.end()
-        spans.append((start, block_end))
-    return [_trimmed(text, a, b) for a, b in spans if text[a:b].strip(CLAIM_EDGES)]
-
-
-def paragraph_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each run of text a sentence may not cross: a paragraph of hard-wrapped
-    lines (plain text, Markdown, man pages, changelogs) is one run; a heading is none (skipped);
-    a list item, a table row and a line of a fenced code block each start their own (a list
-    item's wrapped continuation joins it as prose does). A line joins the one before when that
-    one was long enough to have been wrapped (`WRAP_MIN_WIDTH`): a short line — a title, a
-    label, an address — ends its run."""
-    runs: list[list[int]] = []  # [start, end] of each run, end moving as lines join
-    fenced = False
-    joinable = False  # whether the next line may continue the current run
-    offset = 0
-    for line in text.splitlines(keepends=True):
-        line_start, offset = offset, offset + len(line)
-        body = line.rstrip("\r\n")
-        stripped = body.strip()
-        line_end = line_start + len(body)
-        if _FENCE.match(body):
-            fenced, joinable = not fenced, False
-            continue
-        if not stripped or _HEADING.match(body):
-            joinable = False
-            continue
-        if fenced or body.count("|") >= 2:  # a code line or a table row
-            runs.append([line_start, line_end])
-            joinable = False
-            continue
-        prefix = _LINE_PREFIX.match(body)
-        marker = body[: prefix.end()].strip() if prefix else ""
-        item = bool(marker) and not marker.startswith(">")  # a quote's lines wrap as prose
-        if joinable and not item:
-            runs[-1][1] = line_end
-        else:
-            runs.append([line_start + (prefix.end() if prefix else 0), line_end])
-        joinable = line_may_wrap(stripped)
-    return [(a, b) for a, b in runs]
-
-
-def _width(text: str) -> int:
-    """Columns a line takes: a CJK character two, as a terminal shows it."""
-    return len(text) + len(CJK_CHAR.findall(text))
-
-
-def line_may_wrap(line: str) -> bool:
-    """Whether the next line may continue `line`'s sentence: it is as wide as wrapped text."""
-    return _width(line.strip()) >= WRAP_MIN_WIDTH
-
-
-_UNWRAP = re.compile(r"[ \t]*\r?\n[ \t]*")
-#: A CJK character or full-width mark: no space is written beside one when lines are joined.
-_CJK_SIDE = re.compile(f"(?:{CJK_CHAR.pattern})|[\u3000-\u303f\uff00-\uffef]")
-
-
-def unwrap(sentence: str) -> str:
-    """A sentence that spans wrapped lines, as one line: a line break (with the indentation
-    around it) is a space between words, nothing between two CJK characters."""
-
-    def join(match: re.Match[str]) -> str:
-        before = sentence[match.start() - 1] if match.start() else ""
-        after = sentence[match.end()] if match.end() < len(sentence) else ""
-        return "" if _CJK_SIDE.match(before) or _CJK_SIDE.match(after) else " "
-
-    return _UNWRAP.sub(join, sentence)
-
-
-def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-def sentences(text: str) -> list[str]:
-    return [text[a:b] for a, b in sentence_spans(text)]
-
-
-def split_terminal(sentence: str) -> tuple[str, str]:
-    """(claim, its closing marks): "It runs tasks." → ("It runs tasks", ".")."""
-    claim = sentence.rstrip("。！？；.!?;")
-    return claim, sentence[len(claim) :]
 
 
 # ---- markers ---------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ against facts by the model task `check_grounding`, and what follows from the sco
 CheckGrounding response, and an answer that keeps only its supported claims. Pure: the model
 call is the caller's.
 
-A claim is a sentence of the answer (`answer.sentence_spans`: a line break inside a wrapped
-paragraph does not end one) with the "[n]" markers that follow it; markers a sentence starts
+A claim is a sentence of the answer (`shared.sentences.sentence_spans`: a line break inside a
+wrapped paragraph does not end one) with the "[n]" markers that follow it; markers a sentence starts
 with ("… timeouts. [2] It …") close the claim before. A claim that carries markers is checked
 against the facts it cites only ("supported by the cited evidence"); one without, against all.
 """
@@ -15,16 +15,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator_service.answer import (
-    CLAIM_EDGES,
-    MARKER,
-    clean_markers,
-    marker_numbers,
-    sentence_spans,
-    unwrap,
-)
+from orchestrator_service.answer import MARKER, clean_markers, marker_numbers
 from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
 from shared.errors import InvalidArgument
+from shared.sentences import CLAIM_EDGES, sentence_spans, unwrap
 
 #: The score a fact must reach to support a claim, unless the request says otherwise.
 DEFAULT_CITATION_THRESHOLD = 0.6

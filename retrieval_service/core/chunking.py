@@ -1,19 +1,91 @@
-"""Three-level character splitting (docs/api.md#documents-and-chunks): each page → L1 pieces → L2
-pieces → L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links and a
-running `chunk_idx` in depth-first order. Pure functions, no I/O."""
+"""Three-level splitting (docs/api.md#documents-and-chunks): each page → L1 pieces → L2 pieces →
+L3 leaves, with the ids `{filename}::p{page}::l{level}::{n}`, parent/root links and a running
+`chunk_idx` in depth-first order. Pieces are cut where the answerer reads a paragraph or a
+sentence to end (`shared.sentences`), so a chunk holds whole sentences whenever they fit in it.
+Pure functions, no I/O."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import re
+from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from retrieval_service.core.leaf_context import leaf_header, page_contexts, with_header
+from shared.sentences import iter_sentence_spans, paragraph_starts
 
-# Separator priority of the reference: paragraph break, full stop, exclamation and question
-# marks (full width), newline, comma, enumeration comma, space, and finally single characters.
-DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "。", "！", "？", "\n", "，", "、", " ", "")
+#: A span of the page: (start, end) offsets, `page[start:end]`.
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Where a page's paragraphs start and its sentences end, read once for the whole page
+    (`shared.sentences`), so a piece of any level is cut where the page is read to end one,
+    not where a reading of the piece alone would (its first line may be the short tail of a
+    wrapped one). Offsets are held as 8-byte integers, about one per sentence."""
+
+    #: Where each paragraph-level part starts (a heading, list item, table row, code line or
+    #: hard-wrapped paragraph; the blank lines after one stay with it).
+    paragraphs: array[int]
+    #: Where each sentence ends (after its mark), increasing.
+    sentences: array[int]
+
+    @classmethod
+    def of(cls, text: str) -> Reading:
+        ends = (end for _, end in iter_sentence_spans(text))
+        return cls(array("q", paragraph_starts(text)), array("q", ends))
+
+
+#: Where a span of the page may be cut: the offsets strictly inside it at which one part ends
+#: and the next starts, increasing.
+Cuts = Callable[[str, Reading, int, int], Iterator[int]]
+
+
+def paragraph_cuts(text: str, reading: Reading, start: int, end: int) -> Iterator[int]:
+    """Between paragraphs as `shared.sentences.paragraph_spans` reads them: a hard-wrapped
+    paragraph is one part (its line breaks are no cut); a heading, a list item, a table row
+    and a code line each are one."""
+    return _inside(reading.paragraphs, start, end)
+
+
+def sentence_cuts(text: str, reading: Reading, start: int, end: int) -> Iterator[int]:
+    """After each sentence as `shared.sentences.sentence_spans` reads it (CJK marks anywhere,
+    Latin ones before whitespace; a wrapped line break ends none): the mark closes its part,
+    the whitespace after it opens the next (a list bullet stays with its first sentence)."""
+    return _inside(reading.sentences, start, end)
+
+
+_CLAUSE_MARK = re.compile(r"[，、]+")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def clause_cuts(text: str, reading: Reading, start: int, end: int) -> Iterator[int]:
+    """After a full-width comma or enumeration comma: a long Chinese sentence's clauses."""
+    return (mark.end() for mark in _CLAUSE_MARK.finditer(text, start, end) if mark.end() < end)
+
+
+def word_cuts(text: str, reading: Reading, start: int, end: int) -> Iterator[int]:
+    """After a run of whitespace (a space or a line break): between words."""
+    return (gap.end() for gap in _WHITESPACE.finditer(text, start, end) if gap.end() < end)
+
+
+def _inside(offsets: array[int], start: int, end: int) -> Iterator[int]:
+    """The offsets strictly between `start` and `end` (`offsets` increasing)."""
+    i = bisect.bisect_right(offsets, start)
+    while i < len(offsets) and offsets[i] < end:
+        yield offsets[i]
+        i += 1
+
+
+#: The cuts tried in turn, coarsest first; a part still too long after the last is cut into
+#: single characters. Paragraph runs come first, then sentences, so a chunk ends inside a
+#: sentence only when that sentence alone is longer than the chunk, and never at a wrapped
+#: line break inside a paragraph.
+BOUNDARIES: tuple[Cuts, ...] = (paragraph_cuts, sentence_cuts, clause_cuts, word_cuts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +99,13 @@ class LevelSizes:
 @dataclass(frozen=True, slots=True)
 class ChunkingConfig:
     """The three splitters, derived from the L3 size like the reference: L1 = max(2000, 3×size),
-    L2 = max(1000, 2×size), L3 = max(600, size) and likewise for the overlaps (400/200/100)."""
+    L2 = max(1000, 2×size), L3 = max(600, size) and likewise for the overlaps (400/200/100).
+    All three cut at the same `BOUNDARIES`: where a text may be cut is not a setting, it is
+    where the answerer reads a paragraph or a sentence to end."""
 
     l1: LevelSizes
     l2: LevelSizes
     l3: LevelSizes
-    separators: tuple[str, ...] = DEFAULT_SEPARATORS
     #: Give each leaf its contextual header (leaf_context.py) for embedding and BM25.
     context_header: bool = False
 
@@ -89,69 +162,108 @@ class ChunkRecord:
         return with_header(self.context, self.text)
 
 
-def split_text(text: str, size: int, overlap: int, separators: Sequence[str]) -> list[str]:
-    """Recursive character splitting: split on the first separator present, merge the pieces
-    greedily up to `size` characters with up to `overlap` characters carried over, and split
-    any piece still too long with the next separators. A separator stays at the END of the
-    piece it closes (so "。" ends a sentence instead of opening the next chunk)."""
-    return list(iter_split_text(text, size, overlap, separators))
+def split_text(text: str, size: int, overlap: int) -> list[str]:
+    """Recursive splitting: cut `text` at the coarsest of `BOUNDARIES` that cuts it, merge the
+    parts greedily up to `size` characters with up to `overlap` characters of whole parts
+    carried over, and cut any part still too long at the next boundaries (single characters
+    last). Each piece is a verbatim slice of `text`, stripped."""
+    return list(iter_split_text(text, size, overlap))
 
 
-def iter_split_text(text: str, size: int, overlap: int, separators: Sequence[str]) -> Iterator[str]:
-    """`split_text` one piece at a time: what is held at once is one piece being merged, not
-    every separator-delimited part of `text` (for a large page, several times its size)."""
+def iter_split_text(text: str, size: int, overlap: int) -> Iterator[str]:
+    """`split_text` one piece at a time: what is held at once is the text's `Reading` and one
+    piece being merged, not every part of `text` (for a large page, several times its size)."""
+    return (text[a:b] for a, b in split_spans(text, Reading.of(text), size, overlap))
+
+
+def split_spans(
+    text: str, reading: Reading, size: int, overlap: int, span: Span | None = None
+) -> Iterator[Span]:
+    """`split_text` of `text[span]` (all of it by default) as spans of `text`, cut where
+    `reading` (the whole text's) says, each stripped of surrounding whitespace and not empty."""
     if overlap >= size:
         overlap = max(0, size - 1)
-    return (piece for piece in _split(text, size, overlap, list(separators)) if piece.strip())
+    start, end = span or (0, len(text))
+    for piece in _split(text, reading, start, end, size, overlap, BOUNDARIES):
+        trimmed = _trimmed(text, piece)
+        if trimmed[0] < trimmed[1]:
+            yield trimmed
 
 
-def _split(text: str, size: int, overlap: int, separators: list[str]) -> Iterator[str]:
-    separator = separators[-1] if separators else ""
-    rest: list[str] = []
-    for i, candidate in enumerate(separators):
-        if candidate == "":
-            separator, rest = "", []
-            break
-        if candidate in text:
-            separator, rest = candidate, separators[i + 1 :]
-            break
-    pieces = _parts(text, separator) if separator else iter(text)
-    # Runs of pieces that fit are merged; a piece too long is split with the next separators.
-    for fits, run in itertools.groupby(pieces, key=lambda piece: len(piece) <= size):
+def _split(
+    text: str,
+    reading: Reading,
+    start: int,
+    end: int,
+    size: int,
+    overlap: int,
+    boundaries: Sequence[Cuts],
+) -> Iterator[Span]:
+    parts, finer = _parts_at_coarsest_cut(text, reading, start, end, boundaries)
+    # Runs of parts that fit are merged; a part too long is cut at the finer boundaries.
+    for fits, run in itertools.groupby(parts, key=lambda part: _fits(text, part, size)):
         if fits:
             yield from _merge(run, size, overlap)
             continue
-        for piece in run:
-            if rest:
-                yield from _split(piece, size, overlap, rest)
-            else:
-                yield from (piece[i : i + size] for i in range(0, len(piece), size))
+        for a, b in run:
+            yield from _split(text, reading, a, b, size, overlap, finer)
 
 
-def _parts(text: str, separator: str) -> Iterator[str]:
-    """The non-empty parts of `text` between separators, each ending with the separator that
-    closes it."""
-    start = 0
-    step = len(separator)
-    while (at := text.find(separator, start)) >= 0:
-        yield text[start : at + step]
-        start = at + step
-    if start < len(text):
-        yield text[start:]
+def _fits(text: str, part: Span, size: int) -> bool:
+    """Whether a part is no longer than a chunk, the whitespace around it left out (it is
+    stripped from a chunk it starts or ends): a sentence of exactly `size` characters after a
+    space or before a blank line is still a chunk of its own, not cut between words."""
+    start, end = _trimmed(text, part)
+    return end - start <= size
 
 
-def _merge(pieces: Iterable[str], size: int, overlap: int) -> Iterator[str]:
-    current: deque[str] = deque()
+def _parts_at_coarsest_cut(
+    text: str, reading: Reading, start: int, end: int, boundaries: Sequence[Cuts]
+) -> tuple[Iterator[Span], Sequence[Cuts]]:
+    """The parts of `text[start:end]` at the first of `boundaries` that cuts it (somewhere
+    strictly inside), with the boundaries finer than that one; single characters when none
+    does."""
+    for i, cuts_of in enumerate(boundaries):
+        cuts = cuts_of(text, reading, start, end)
+        first = next(cuts, None)
+        if first is not None:
+            return _parts(start, end, itertools.chain((first,), cuts)), boundaries[i + 1 :]
+    return ((at, at + 1) for at in range(start, end)), ()
+
+
+def _parts(start: int, end: int, cuts: Iterable[int]) -> Iterator[Span]:
+    """The spans between `start`, the increasing cut offsets inside, and `end`."""
+    for at in cuts:
+        yield start, at
+        start = at
+    yield start, end
+
+
+def _merge(parts: Iterable[Span], size: int, overlap: int) -> Iterator[Span]:
+    """Contiguous parts merged greedily up to `size` characters; each merged span after the
+    first starts with the last parts of the one before that fit in `overlap` characters."""
+    current: deque[Span] = deque()
     total = 0
-    for piece in pieces:
-        if current and total + len(piece) > size:
-            yield "".join(current).strip()
-            while current and (total > overlap or total + len(piece) > size):
-                total -= len(current.popleft())
-        current.append(piece)
-        total += len(piece)
+    for part in parts:
+        length = part[1] - part[0]
+        if current and total + length > size:
+            yield current[0][0], current[-1][1]
+            while current and (total > overlap or total + length > size):
+                first = current.popleft()
+                total -= first[1] - first[0]
+        current.append(part)
+        total += length
     if current:
-        yield "".join(current).strip()
+        yield current[0][0], current[-1][1]
+
+
+def _trimmed(text: str, span: Span) -> Span:
+    start, end = span
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +305,8 @@ def iter_chunks(
     file_path: str | None = None,
     document_id: str | None = None,
 ) -> Iterator[ChunkRecord]:
-    """`chunk_document` one chunk at a time: what is held at once is one page's L1 pieces and
-    one L1's L2 and L3 pieces, not the document's chunks (the ingest streams them)."""
+    """`chunk_document` one chunk at a time: what is held at once is one page's `Reading` and
+    the pieces being merged, not the document's chunks (the ingest streams them)."""
     counters: dict[tuple[int, int], int] = {}
     emitted = 0
     path = file_path if file_path is not None else filename
@@ -222,37 +334,24 @@ def iter_chunks(
             page_number=str(page),
         )
 
-    seps = config.separators
     stripped = [(page.number, page.text.strip()) for page in pages]
     contexts = page_contexts(file_type, stripped) if config.context_header else None
     for index, (number, text) in enumerate(stripped):
         if not text:
             continue
-        for l1_text, l1_at in _located(text, 0, config.l1, seps):
-            l1 = make(l1_text, number, 1, "", None)
+        # Every level cuts where the whole page is read to end a paragraph or a sentence, and
+        # each piece lies inside its parent's span: L1 ⊃ L2 ⊃ L3 by construction.
+        reading = Reading.of(text)
+        for l1_span in split_spans(text, reading, config.l1.size, config.l1.overlap):
+            l1 = make(text[slice(*l1_span)], number, 1, "", None)
             yield l1
-            for l2_text, l2_at in _located(l1_text, l1_at, config.l2, seps):
-                l2 = make(l2_text, number, 2, l1.chunk_id, l1.chunk_id)
+            for l2_span in split_spans(text, reading, config.l2.size, config.l2.overlap, l1_span):
+                l2 = make(text[slice(*l2_span)], number, 2, l1.chunk_id, l1.chunk_id)
                 yield l2
-                for l3_text, l3_at in _located(l2_text, l2_at, config.l3, seps):
-                    leaf = make(l3_text, number, 3, l2.chunk_id, l1.chunk_id)
+                for l3_span in split_spans(
+                    text, reading, config.l3.size, config.l3.overlap, l2_span
+                ):
+                    leaf = make(text[slice(*l3_span)], number, 3, l2.chunk_id, l1.chunk_id)
                     if contexts is not None:
-                        end = len(text) if l3_at is None else l3_at + len(l3_text)
-                        leaf = replace(leaf, context=leaf_header(contexts[index], l3_at, end))
+                        leaf = replace(leaf, context=leaf_header(contexts[index], *l3_span))
                     yield leaf
-
-
-def _located(
-    text: str, base: int | None, sizes: LevelSizes, separators: Sequence[str]
-) -> Iterator[tuple[str, int | None]]:
-    """The pieces of `text` with their offsets in the page (`text` starts at `base`; None =
-    unknown). Pieces are stripped substrings whose starts increase, so each is looked for
-    after the previous one's start."""
-    cursor = 0
-    for piece in iter_split_text(text, sizes.size, sizes.overlap, separators):
-        at = text.find(piece, cursor)
-        if at < 0:
-            at = text.find(piece)
-        yield piece, None if at < 0 or base is None else base + at
-        if at >= 0:
-            cursor = at + 1

@@ -14,12 +14,10 @@ from orchestrator_service.answer import (
     choose_quote,
     clean_markers,
     partial_note,
-    sentence_spans,
-    sentences,
-    unwrap,
 )
 from orchestrator_service.models.local.answer import answer_pieces
 from orchestrator_service.models.prompts import answer_messages, question_of
+from shared.sentences import sentence_spans, sentences, unwrap
 
 DOCS = [
     {

@@ -55,6 +55,7 @@ PURE_MODULES = (
         if not _impure(m.name)
     ),
     "shared.lang",
+    "shared.sentences",
 )
 FORBIDDEN = (
     "grpc",

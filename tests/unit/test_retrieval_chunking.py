@@ -18,8 +18,6 @@ from retrieval_service.core.ingest import validate_filename
 from retrieval_service.core.sanitize import sanitize_text
 from shared.errors import InvalidArgument
 
-SEPS = ChunkingConfig.from_chunk_size().separators
-
 
 def test_sanitize_removes_invisible_control_and_private_use() -> None:
     raw = "Cafe\u0301\u200b \ufeffa\u202eb\x00c\x07\td\ne\r\x7f\ue000f\ud800g"
@@ -54,8 +52,8 @@ def test_default_sizes_follow_the_reference_formulas() -> None:
 
 def test_separator_priority_paragraph_then_full_stop() -> None:
     text = "第一句话。第二句话。\n\n第三句话。第四句话。"
-    assert split_text(text, 12, 0, SEPS) == ["第一句话。第二句话。", "第三句话。第四句话。"]
-    assert split_text("一二三四。五六七八。九十", 6, 0, SEPS) == [
+    assert split_text(text, 12, 0) == ["第一句话。第二句话。", "第三句话。第四句话。"]
+    assert split_text("一二三四。五六七八。九十", 6, 0) == [
         "一二三四。",
         "五六七八。",
         "九十",
@@ -63,7 +61,7 @@ def test_separator_priority_paragraph_then_full_stop() -> None:
 
 
 def test_overlap_carries_trailing_pieces() -> None:
-    pieces = split_text("aa bb cc dd ee ff", 8, 3, SEPS)
+    pieces = split_text("aa bb cc dd ee ff", 8, 3)
     # "aa " "bb " … are 3 characters each with the separator kept at their end; a chunk
     # keeps up to 3 characters of its predecessor, and "dd ee ff" is exactly 8.
     assert pieces == ["aa bb", "bb cc", "cc dd", "dd ee ff"]
@@ -71,7 +69,7 @@ def test_overlap_carries_trailing_pieces() -> None:
 
 @given(st.text(alphabet="ab 。\n，", min_size=0, max_size=400), st.integers(5, 60))
 def test_pieces_never_exceed_size_and_cover_the_text(text: str, size: int) -> None:
-    pieces = split_text(text, size, size // 4, SEPS)
+    pieces = split_text(text, size, size // 4)
     assert all(0 < len(p) <= size for p in pieces)
     compact = "".join(ch for ch in text if not ch.isspace())
     joined = "".join(ch for p in pieces for ch in p if not ch.isspace())

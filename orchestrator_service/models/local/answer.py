@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator_service.answer import MARKER, line_may_wrap, sentences, split_terminal, unwrap
+from orchestrator_service.answer import MARKER
 from orchestrator_service.models.local.complexity import classify
 from orchestrator_service.models.local.grading import pick_option
 from orchestrator_service.models.local.semantic import Meaning
@@ -35,6 +35,7 @@ from orchestrator_service.models.local.text import (
 )
 from shared.lang import CJK_CHAR, is_chinese
 from shared.lexical import stem
+from shared.sentences import line_may_wrap, sentences, split_terminal, unwrap
 
 MAX_SENTENCES = 3
 #: Candidates compared by meaning: the best few by key terms (each is a forward pass).

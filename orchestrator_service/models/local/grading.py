@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator_service.answer import sentences
 from orchestrator_service.models.base import EvidenceGrade
 from orchestrator_service.models.local.semantic import Meaning
 from orchestrator_service.models.local.support import (
@@ -49,6 +48,7 @@ from orchestrator_service.models.local.text import (
 )
 from orchestrator_service.resume import CHOICE, already_asked
 from shared.lang import is_chinese
+from shared.sentences import sentences
 from shared.trace_fields import Ambiguity, Answerability, Relevance, Route
 
 WINDOW = 3

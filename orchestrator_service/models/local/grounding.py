@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from orchestrator_service.answer import sentences, unwrap
 from orchestrator_service.models.base import ClaimToCheck, ClaimVerdict
 from orchestrator_service.models.local.answer import table_rows_read
 from orchestrator_service.models.local.support import parts_of_speech
@@ -30,6 +29,7 @@ from orchestrator_service.models.local.text import (
 )
 from shared.lang import CJK_CHAR, ENGLISH_WORD
 from shared.lexical import stem
+from shared.sentences import sentences, unwrap
 
 #: How much a missing name, a changed number, unit or polarity leaves of a clause's score.
 CONTRADICTED_SCORE = 0.1
