@@ -156,10 +156,10 @@ def iter_sentence_spans(text: str) -> Iterator[tuple[int, int]]:
         start = block_start
         for mark in _SENTENCE_END.finditer(text, start, block_end):
             if text[start : mark.end()].strip(CLAIM_EDGES):
-                yield _trimmed(text, start, mark.end())
+                yield trimmed(text, start, mark.end())
             start = mark.end()
         if text[start:block_end].strip(CLAIM_EDGES):
-            yield _trimmed(text, start, block_end)
+            yield trimmed(text, start, block_end)
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -198,7 +198,8 @@ def unwrap(sentence: str) -> str:
     return _UNWRAP.sub(join, sentence)
 
 
-def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """`(start, end)` narrowed past the whitespace at either end of `text[start:end]`."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from retrieval_service.core.leaf_context import leaf_header, page_contexts, with_header
-from shared.sentences import iter_sentence_spans, paragraph_starts
+from shared.sentences import iter_sentence_spans, paragraph_starts, trimmed
 
 #: A span of the page: (start, end) offsets, `page[start:end]`.
 Span = tuple[int, int]
@@ -185,9 +185,9 @@ def split_spans(
         overlap = max(0, size - 1)
     start, end = span or (0, len(text))
     for piece in _split(text, reading, start, end, size, overlap, BOUNDARIES):
-        trimmed = _trimmed(text, piece)
-        if trimmed[0] < trimmed[1]:
-            yield trimmed
+        first, last = trimmed(text, *piece)
+        if first < last:
+            yield first, last
 
 
 def _split(
@@ -213,7 +213,7 @@ def _fits(text: str, part: Span, size: int) -> bool:
     """Whether a part is no longer than a chunk, the whitespace around it left out (it is
     stripped from a chunk it starts or ends): a sentence of exactly `size` characters after a
     space or before a blank line is still a chunk of its own, not cut between words."""
-    start, end = _trimmed(text, part)
+    start, end = trimmed(text, *part)
     return end - start <= size
 
 
@@ -255,15 +255,6 @@ def _merge(parts: Iterable[Span], size: int, overlap: int) -> Iterator[Span]:
         total += length
     if current:
         yield current[0][0], current[-1][1]
-
-
-def _trimmed(text: str, span: Span) -> Span:
-    start, end = span
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 @dataclass(frozen=True, slots=True)
