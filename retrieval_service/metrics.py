@@ -102,6 +102,8 @@ DB_OPERATIONS = (
     "registry_read",
     "registry_counts",
     "registry_texts",
+    "registry_build_page",
+    "registry_build_written",
     "indexes_create",
     "indexes_read",
     "indexes_update",

@@ -6,7 +6,7 @@ may raise `core.errors.STORE_FAILURES`; an embedder raises `EmbedderUnavailable`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -141,11 +141,19 @@ class ChunkRepository(Protocol):
         ...
 
 
+#: Which documents of a commit each index holds already, by its generation's collection
+#: (`DocumentRegistry.put`'s `written`).
+Written = Mapping[str, frozenset[str]]
+
+
 class DocumentRegistry(Protocol):
     """The commit records of document versions (`documents.DocumentEntry`)."""
 
-    async def put(self, *entries: DocumentEntry) -> None:
-        """Writes records in one call: all of them or none."""
+    async def put(self, *entries: DocumentEntry, written: Written | None = None) -> None:
+        """Writes records in one call: all of them or none. `written` (a commit's: which of
+        its documents each index, by collection, holds already): IndexesBehind, writing
+        nothing, when a live index of the knowledge base neither holds one of them nor takes
+        it in its build (`indexes.model.build_takes_writes`)."""
         ...
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None: ...
@@ -187,6 +195,21 @@ class DocumentRegistry(Protocol):
     ) -> DocumentPage:
         """Current documents of one knowledge base in document_id order, `page_size` at a
         time."""
+        ...
+
+    async def build_page(
+        self, knowledge_base: str, index_id: str, after: str, page_size: int
+    ) -> DocumentPage | None:
+        """What the build of a BUILDING index reads next — the current documents in id order
+        after `after`, then (`after` READ_ALL) those its backlog names — with its read position
+        moved atomically; an empty page once both are read (every write reaches the index
+        from then on); None when the index is not BUILDING."""
+        ...
+
+    async def build_written(
+        self, knowledge_base: str, index_id: str, versions: Sequence[tuple[str, str]]
+    ) -> None:
+        """Takes the (document_id, version)s a build wrote out of its backlog."""
         ...
 
     async def texts(

@@ -18,7 +18,7 @@ import copy
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -416,7 +416,11 @@ class InMemoryDocumentRegistry:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    async def put(self, *entries: DocumentEntry) -> None:
+    async def put(
+        self, *entries: DocumentEntry, written: Mapping[str, frozenset[str]] | None = None
+    ) -> None:
+        # No index records here: the store an ingest writes is the only index, so `written`
+        # has nothing to check.
         await self._enter("put")
         if self._knowledge_bases is not None:
             for name in sorted({e.knowledge_base for e in entries}):
@@ -428,6 +432,16 @@ class InMemoryDocumentRegistry:
             if entry.text:
                 key = (entry.knowledge_base, entry.document_id, entry.content_sha256)
                 self._texts.setdefault(key, entry.text)
+
+    async def build_page(
+        self, knowledge_base: str, index_id: str, after: str, page_size: int
+    ) -> DocumentPage | None:
+        return None  # no index records: none is BUILDING
+
+    async def build_written(
+        self, knowledge_base: str, index_id: str, versions: Sequence[tuple[str, str]]
+    ) -> None:
+        return None  # no index records: no build, no backlog
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
         await self._enter("remove")

@@ -42,6 +42,7 @@ def _row(record: IndexRecord) -> dict[str, Any]:
         "documents_total": record.documents_total,
         "create_time": record.create_time,
         "operation": record.operation,
+        "build_read_to": record.build_read_to,
     }
 
 
@@ -63,6 +64,7 @@ def _record(row: Any) -> IndexRecord:
         documents_total=int(row.documents_total),
         create_time=int(row.create_time),
         operation=row.operation,
+        build_read_to=row.build_read_to,
     )
 
 

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, text, tuple_
+from sqlalchemy import and_, delete, func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from retrieval_service.adapters.sql.database import Database, dialect_insert, upsert
@@ -23,6 +23,8 @@ from retrieval_service.adapters.sql.tables import (
     document_texts,
     document_versions,
     documents,
+    index_build_backlog,
+    indexes,
     knowledge_bases,
 )
 from retrieval_service.core.documents import (
@@ -37,6 +39,14 @@ from retrieval_service.core.documents import (
     encode_page_token,
 )
 from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.indexes.model import (
+    BUILDING,
+    READ_ALL,
+    READY,
+    IndexesBehind,
+    build_takes_writes,
+)
+from retrieval_service.core.ports import Written
 from shared.access import ACL_KEY, document_visible
 from shared.errors import NotFound
 
@@ -45,6 +55,8 @@ _BATCH = 500
 _V = document_versions.c
 _D = documents.c
 _T = document_texts.c
+_I = indexes.c
+_B = index_build_backlog.c
 #: The columns a scan reads (no chunk counts, metadata or fingerprint).
 _KEY_COLUMNS = (_V.knowledge_base, _V.document_id, _V.version, _V.state, _V.lease_expires_ms)
 #: ACTIVE (`core.knowledge_bases`); the only state that accepts writes.
@@ -127,6 +139,55 @@ async def require_active(db: Database, connection: AsyncConnection, knowledge_ba
     state = (await connection.execute(query)).scalar()
     if state is None or int(state) != _ACTIVE:
         raise NotFound("knowledge_base", f"knowledge base {knowledge_base!r} does not exist")
+
+
+async def check_indexes_hold(
+    db: Database,
+    connection: AsyncConnection,
+    knowledge_base: str,
+    entries: Sequence[DocumentEntry],
+    written: Written,
+) -> None:
+    """That every live index of the knowledge base holds the versions `entries` commit
+    (`written`: the documents written into each generation, by collection) or takes them in
+    its build (`build_takes_writes`): one a build has read past goes into its backlog here.
+    IndexesBehind otherwise. The caller holds the knowledge base's row (`require_active`),
+    which a build's page read locks exclusively (`SqlDocumentRegistry.build_page`), so no
+    build moves or finishes meanwhile."""
+    rows = await connection.execute(
+        select(_I.index_id, _I.collection, _I.state, _I.build_read_to).where(
+            _I.knowledge_base == knowledge_base, _I.state.in_((BUILDING, READY))
+        )
+    )
+    behind = set()
+    for row in rows.all():
+        held = written.get(row.collection, frozenset())
+        missing = [e for e in entries if e.document_id not in held]
+        if not missing:
+            continue
+        if not build_takes_writes(int(row.state), row.build_read_to):
+            behind.add(row.collection)
+            continue
+        # Past the read position, the build's pass reads it; behind it, its backlog does.
+        read = [e for e in missing if e.document_id <= row.build_read_to]
+        if read:
+            statement = upsert(
+                db, index_build_backlog, ("knowledge_base", "index_id", "document_id")
+            )
+            await connection.execute(
+                statement,
+                [
+                    {
+                        "knowledge_base": knowledge_base,
+                        "index_id": row.index_id,
+                        "document_id": e.document_id,
+                        "version": e.version,
+                    }
+                    for e in read
+                ],
+            )
+    if behind:
+        raise IndexesBehind(frozenset(behind))
 
 
 async def write_versions(
@@ -236,6 +297,12 @@ async def refresh_documents(connection: AsyncConnection, changed: set[DocKey]) -
                 await connection.execute(documents.insert(), live)
 
 
+def _moved(read_to: str | None, last: str) -> str | None:
+    """A build's read position after a page of its pass ending at `last`: never back, and
+    None (its backlog read too) stays."""
+    return None if read_to is None else max(read_to, last)
+
+
 class SqlDocumentRegistry:
     """The `DocumentRegistry` port on the control-plane database."""
 
@@ -244,14 +311,18 @@ class SqlDocumentRegistry:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    async def put(self, *entries: DocumentEntry) -> None:
+    async def put(self, *entries: DocumentEntry, written: Written | None = None) -> None:
         """Writes the records in one transaction (all or none), with the current version of
-        every document whose committed records they change."""
+        every document whose committed records they change. `written` (a commit's): which
+        documents each index holds already, checked by `check_indexes_hold`."""
         if not entries:
             return
         async with self._db.write("registry_put") as connection:
             for knowledge_base in sorted({e.knowledge_base for e in entries}):
                 await require_active(self._db, connection, knowledge_base)
+                if written is not None:
+                    mine = [e for e in entries if e.knowledge_base == knowledge_base]
+                    await check_indexes_hold(self._db, connection, knowledge_base, mine, written)
             await write_versions(self._db, connection, entries)
 
     async def remove(self, entries: Iterable[DocumentEntry | RecordKey]) -> None:
@@ -388,6 +459,95 @@ class SqlDocumentRegistry:
         entries = entries[:page_size]
         token = encode_page_token(entries[-1].document_id) if more and entries else ""
         return DocumentPage(entries, token)
+
+    async def build_page(
+        self, knowledge_base: str, index_id: str, after: str, page_size: int
+    ) -> DocumentPage | None:
+        """What the build of a BUILDING index reads next, its read position moved in the same
+        transaction. Its pass (`after` a document id, or ""): the current documents after
+        `after` in id order, the position moved past them (to READ_ALL on the last page) and
+        never back — a build resumed from an earlier save, or a replica's stale runner, only
+        re-reads. Its backlog (`after` READ_ALL): the current versions of documents committed
+        behind the position meanwhile, a page at a time (each stays in the backlog until
+        `build_written` says its version is in); with none left, the position set to None
+        (every write reaches the index from then on) and an empty page. None when the index
+        is not BUILDING. The knowledge base's row is held exclusively (PostgreSQL:
+        FOR NO KEY UPDATE; SQLite: every write transaction is serial), so no commit checks
+        the position meanwhile (`check_indexes_hold`)."""
+        lock = select(knowledge_bases.c.name).where(knowledge_bases.c.name == knowledge_base)
+        if self._db.dialect == "postgresql":
+            lock = lock.with_for_update(key_share=True)
+        where = (_I.knowledge_base == knowledge_base, _I.index_id == index_id)
+        async with self._db.write("registry_build_page") as connection:
+            await connection.execute(lock)
+            index = (
+                await connection.execute(select(_I.state, _I.build_read_to).where(*where))
+            ).first()
+            if index is None or int(index.state) != BUILDING:
+                return None
+            read_to = index.build_read_to
+            if after != READ_ALL:
+                query = self._current_query().where(
+                    _D.knowledge_base == knowledge_base, _D.document_id > after
+                )
+                rows = await connection.execute(query.order_by(_D.document_id).limit(page_size + 1))
+                entries = [entry_of(row) for row in rows.mappings()]
+                more = len(entries) > page_size
+                entries = entries[:page_size]
+                token = encode_page_token(entries[-1].document_id) if more else ""
+                moved = _moved(read_to, entries[-1].document_id if more else READ_ALL)
+            else:
+                entries = await self._backlog(connection, knowledge_base, index_id, page_size)
+                token = ""
+                moved = READ_ALL if entries and read_to is not None else None
+            if moved != read_to:
+                await connection.execute(update(indexes).where(*where).values(build_read_to=moved))
+        return DocumentPage(entries, token)
+
+    async def _backlog(
+        self, connection: AsyncConnection, knowledge_base: str, index_id: str, size: int
+    ) -> list[DocumentEntry]:
+        """The current versions of up to `size` documents of a build's backlog; backlog rows
+        of documents deleted since go."""
+        mine = (_B.knowledge_base == knowledge_base, _B.index_id == index_id)
+        while True:
+            ids = [
+                row.document_id
+                for row in await connection.execute(
+                    select(_B.document_id).where(*mine).order_by(_B.document_id).limit(size)
+                )
+            ]
+            if not ids:
+                return []
+            rows = await connection.execute(
+                self._current_query().where(
+                    _D.knowledge_base == knowledge_base, _D.document_id.in_(ids)
+                )
+            )
+            entries = [entry_of(row) for row in rows.mappings()]
+            gone = set(ids) - {e.document_id for e in entries}
+            if gone:
+                await connection.execute(
+                    delete(index_build_backlog).where(*mine, _B.document_id.in_(sorted(gone)))
+                )
+            if entries:
+                return sorted(entries, key=lambda e: e.document_id)
+
+    async def build_written(
+        self, knowledge_base: str, index_id: str, versions: Sequence[tuple[str, str]]
+    ) -> None:
+        """Takes the documents whose (document_id, version) a build wrote out of its backlog,
+        unless a later version came into it meanwhile."""
+        if not versions:
+            return
+        mine = (_B.knowledge_base == knowledge_base, _B.index_id == index_id)
+        async with self._db.write("registry_build_written") as connection:
+            for document_id, version in versions:
+                await connection.execute(
+                    delete(index_build_backlog).where(
+                        *mine, _B.document_id == document_id, _B.version <= version
+                    )
+                )
 
     async def counts(
         self, knowledge_bases: Sequence[str], groups: frozenset[str] | None = None

@@ -13,8 +13,11 @@ bytes whatever the server's locale.
 - `operations`: the long-running operations (imports), their progress, outcome and the lease of
   the replica running them; `request_id` unique (AIP-155).
 - `indexes`: the indexes of each knowledge base (docs/api.md#indexes), their config, state,
-  build counts and the generation's collection base name; `knowledge_bases.active_index` is
-  the id of the one every read uses.
+  build counts, the generation's collection base name and where a build has read to;
+  `knowledge_bases.active_index` is the id of the one every read uses.
+- `index_build_backlog`: the documents committed during a build behind where it had read,
+  with their version, which it reads again before its index turns READY (a write during a
+  build writes the active index only).
 - `document_texts`: each document's extracted pages, compressed, by content digest (a version
   that changes only the metadata shares its predecessor's), what an index build re-chunks.
 - `import_sources`: which source (an import's uri) brought each document in, and the source's
@@ -28,6 +31,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     ForeignKey,
+    ForeignKeyConstraint,
     Integer,
     LargeBinary,
     MetaData,
@@ -150,6 +154,21 @@ indexes = Table(
     Column("documents_total", BigInteger, nullable=False, default=0),
     Column("create_time", BigInteger, nullable=False),
     Column("operation", String(64), nullable=False, default=""),
+    Column("build_read_to", key_type(), nullable=True),
+)
+
+index_build_backlog = Table(
+    "index_build_backlog",
+    metadata,
+    Column("knowledge_base", key_type(255), primary_key=True),
+    Column("index_id", String(64), primary_key=True),
+    Column("document_id", key_type(), primary_key=True),
+    Column("version", key_type(64), nullable=False),
+    ForeignKeyConstraint(
+        ["knowledge_base", "index_id"],
+        ["indexes.knowledge_base", "indexes.index_id"],
+        ondelete="CASCADE",
+    ),
 )
 
 document_texts = Table(

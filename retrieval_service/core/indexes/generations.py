@@ -20,6 +20,7 @@ from retrieval_service.core.documents import LEVELS, DocumentEntry
 from retrieval_service.core.embedding import embed_windows
 from retrieval_service.core.errors import EmbedderUnavailable
 from retrieval_service.core.identity import DEFAULT_KB
+from retrieval_service.core.indexes.model import build_takes_writes
 from retrieval_service.core.ingest.preparation import Prepared
 from retrieval_service.core.ingest.versions import Version, Window, stage
 from retrieval_service.core.ports import (
@@ -29,6 +30,7 @@ from retrieval_service.core.ports import (
     Embedder,
     SearchScope,
     StoredChunk,
+    Written,
 )
 
 log = logging.getLogger(__name__)
@@ -126,9 +128,25 @@ async def write_documents(
     await write_staged(generation, await embed_documents(generation, documents))
 
 
-#: The other generations an ingest into a knowledge base must reach now (BUILDING and READY
-#: indexes but the one it writes), each with a callback marking its index FAILED.
-Others = Callable[[str, str], Awaitable[Sequence[tuple[Generation, Callable[[], Awaitable[None]]]]]]
+@dataclass(frozen=True, slots=True)
+class OtherIndex:
+    """An index an ingest reaches besides the one it writes (a build's, or one kept to switch
+    back to): its generation, its state and where its build has read to (`IndexRecord`),
+    and the callback that marks it FAILED."""
+
+    generation: Generation
+    state: int
+    build_read_to: str | None
+    fail: Callable[[], Awaitable[None]]
+
+    @property
+    def takes_writes(self) -> bool:
+        return build_takes_writes(self.state, self.build_read_to)
+
+
+#: The other indexes an ingest into a knowledge base reaches now (BUILDING and READY ones but
+#: the one it writes), read when asked.
+Others = Callable[[str, str], Awaitable[Sequence[OtherIndex]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +154,13 @@ class WritePlan:
     """An ingest's target (`ingest.IngestTarget`): the knowledge base's active index when the
     ingest began (`primary`: its rows are made for it) and, read again at every commit under
     the write lock, every other live index of the knowledge base, which gets each completed
-    version chunked and embedded its own way. An index whose write fails is marked FAILED
-    (a build or a standby that missed a version is no longer whole) and the ingest goes on:
-    the active index is what callers read."""
+    version chunked and embedded its own way — unless it is an index whose build takes the
+    writes (`OtherIndex.takes_writes`: it reads the committed versions itself), so a write
+    during a build embeds once, not twice. The commit checks, in its own transaction, that
+    every index holds its versions or takes them (`written`, IndexesBehind) and `catch_up`
+    writes them where that changed meanwhile. An index whose write fails is marked FAILED (a
+    build or a standby that missed a version is no longer whole) and the ingest goes on: the
+    active index is what callers read."""
 
     knowledge_base: str
     primary: Generation
@@ -164,29 +186,63 @@ class WritePlan:
     def bm25_levels(self) -> frozenset[int]:
         return self.primary.bm25_levels
 
-    async def mirror(self, versions: Sequence[Version]) -> None:
+    async def mirror(self, versions: Sequence[Version]) -> Written:
+        """Writes these versions (not yet committed) into every other index but those whose
+        build takes the writes; what each index holds then (the primary: all of them)."""
+        return await self._write(versions, {}, lambda other: not other.takes_writes)
+
+    async def catch_up(
+        self, versions: Sequence[Version], behind: frozenset[str], written: Written
+    ) -> Written:
+        """After IndexesBehind: writes every one of these versions into the indexes `behind`
+        names (by collection), adding them to `written`."""
+        return await self._write(
+            versions, written, lambda other: other.generation.collection in behind
+        )
+
+    async def _write(
+        self, versions: Sequence[Version], written: Written, due: Callable[[OtherIndex], bool]
+    ) -> Written:
+        ids = frozenset(v.entry.document_id for v in versions)
+        out = dict(written) | {self.primary.collection: ids}
         documents = [(v.entry, v.doc.loaded) for v in versions]
-        for generation, fail in await self.others(self.knowledge_base, self.primary.collection):
+        for other in await self.others(self.knowledge_base, self.primary.collection):
+            if not due(other):
+                continue
+            collection = other.generation.collection
             try:
-                await write_documents(generation, documents)
+                await write_documents(other.generation, documents)
             except Exception:
                 log.exception(
                     "writing %d document(s) into the index in %s failed; it is marked FAILED",
                     len(documents),
-                    generation.collection,
+                    collection,
                 )
-                await fail()
+                await other.fail()
+                continue
+            out[collection] = ids
+        return out
 
-    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
-        for generation, fail in await self.others(self.knowledge_base, self.primary.collection):
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> Written:
+        """Copies `source`'s rows under `target`'s version into every other index but those
+        whose build takes the writes (the build embeds the new version); what holds it then."""
+        out = {self.primary.collection: frozenset({target.document_id})}
+        for other in await self.others(self.knowledge_base, self.primary.collection):
+            if other.takes_writes:
+                continue
             try:
                 for level in LEVELS:
-                    await generation.chunks.copy_rows(level, source, target)
+                    await other.generation.chunks.copy_rows(level, source, target)
             except Exception:
                 log.exception(
-                    "copying %s into %s failed", target.document_id, generation.collection
+                    "copying %s into %s failed",
+                    target.document_id,
+                    other.generation.collection,
                 )
-                await fail()
+                await other.fail()
+                continue
+            out[other.generation.collection] = frozenset({target.document_id})
+        return out
 
 
 class EveryGeneration:

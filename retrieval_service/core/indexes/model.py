@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from retrieval_service.core.chunking import ChunkingConfig
 from retrieval_service.core.identity import canonical_json, check_kb_id
 from shared.access import KB_PREFIX
-from shared.errors import InvalidArgument
+from shared.errors import InternalFailure, InvalidArgument
 from shared.index_names import INDEX_NAME, INDEXES_SEGMENT, NAME_RULE
 
 BUILDING, READY, FAILED, DELETING = 1, 2, 3, 4
@@ -59,8 +59,10 @@ class IndexConfig:
 @dataclass(frozen=True, slots=True)
 class IndexRecord:
     """One index as stored: its knowledge base (full name), id, config, state, build counts,
-    creation instant (epoch ms), the generation's collection base name and the operation
-    that builds it ("" for `initial`)."""
+    creation instant (epoch ms), the generation's collection base name, the operation that
+    builds it ("" for `initial`) and, while it builds, the greatest document id its build
+    has read (`build_read_to`: "" before its first page, READ_ALL after its last; None once
+    its backlog is read too, and for every index not building — see `build_takes_writes`)."""
 
     knowledge_base: str
     index_id: str
@@ -71,10 +73,38 @@ class IndexRecord:
     documents_total: int = 0
     create_time: int = 0
     operation: str = ""
+    build_read_to: str | None = None
 
     @property
     def name(self) -> str:
         return index_name(self.knowledge_base, self.index_id)
+
+
+#: `build_read_to` once a build has read every document id (each id is below "~",
+#: `identity.DOCUMENT_ID`): what is left is its backlog.
+READ_ALL = "~"
+
+
+def build_takes_writes(state: int, build_read_to: str | None) -> bool:
+    """Whether an index's build reads every version committed from now on itself, so a writer
+    need not write it there: the index is BUILDING and its build has a read position. A
+    document past the position is read in the build's pass (in id order); one behind it is
+    put in the build's backlog by the commit (`index_build_backlog`), in the transaction
+    that commits it, and read again before the index turns READY. The position moves, and the
+    build's last backlog read sets it to None, in transactions that hold the knowledge base's
+    row against every commit's check."""
+    return state == BUILDING and build_read_to is not None
+
+
+class IndexesBehind(InternalFailure):
+    """A commit found indexes (by collection) that neither hold some of its versions nor take
+    them in their build — an index appeared, turned READY, or its build finished reading —
+    since its writer looked: nothing was committed; the writer writes them there, then
+    commits again. Never leaves the process (were it to, INTERNAL)."""
+
+    def __init__(self, collections: frozenset[str]) -> None:
+        super().__init__("an index build moved past the documents being committed")
+        self.collections = collections
 
 
 def index_name(knowledge_base: str, index_id: str) -> str:

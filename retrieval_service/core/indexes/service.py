@@ -5,11 +5,16 @@ documents a knowledge base holds (`build`, run as a long-running operation by
 `retrieval_service/index_builds.py`); and the upkeep of both (`reconcile`).
 
 While an index builds, reads use the active index and every ingest, replace, delete and
-import reaches both (`generations.WritePlan`), so it is complete when it turns READY. The
-build reads each batch of current documents' stored text, embeds it outside the write lock
-and writes it under the lock only for the versions still current then: a version committed
-meanwhile was written into the new index by its ingest already, and a deleted document's rows
-went with its versions. So no write is lost, whatever runs alongside."""
+import reaches both (`generations.WritePlan`), so it is complete when it turns READY — but a
+new version of a document the build has not read yet goes into the active index alone: the
+build reads documents in id order and will read that version itself, so a write during a build
+embeds once, not twice. Where the build has read to (`IndexRecord.build_read_to`) moves in the
+transaction that reads each page, and every commit checks it in its own (IndexesBehind): a
+version committed past it is read by the build, one before it was written by its ingest.
+The build reads each batch of current documents' stored text, embeds it outside the write
+lock and writes it under the lock only for the versions still current then: a version
+committed meanwhile was written into the new index by its ingest already, and a deleted
+document's rows went with its versions. So no write is lost, whatever runs alongside."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from retrieval_service.core.documents import (
 )
 from retrieval_service.core.indexes.generations import (
     Generation,
+    OtherIndex,
     WritePlan,
     embed_documents,
     write_staged,
@@ -37,6 +43,7 @@ from retrieval_service.core.indexes.model import (
     BUILDING,
     DELETING,
     FAILED,
+    READ_ALL,
     READY,
     STATE_NAMES,
     IndexConfig,
@@ -132,8 +139,9 @@ class IndexPage:
 
 @dataclass(frozen=True, slots=True)
 class BuildProgress:
-    """Where a build is: the last document_id written (documents come in id order), the
-    documents done and in all, and the leaves written."""
+    """Where a build is: the last document_id written (documents come in id order; READ_ALL
+    once its pass is done and it reads its backlog), the documents done (those of the backlog
+    count again) and in all, and the leaves written."""
 
     after: str = ""
     indexed: int = 0
@@ -236,15 +244,16 @@ class Indexes:
         active = (await self._store.active([knowledge_base])).get(knowledge_base)
         return WritePlan(knowledge_base, await self._generation(active), self._others)
 
-    async def _others(
-        self, knowledge_base: str, primary: str
-    ) -> list[tuple[Generation, Callable[[], Awaitable[None]]]]:
+    async def _others(self, knowledge_base: str, primary: str) -> list[OtherIndex]:
         records = [
             r
             for r in await self._store.of(knowledge_base)
             if r.state in (BUILDING, READY) and r.collection != primary
         ]
-        return [(await self._generation(r), partial(self._fail, r)) for r in records]
+        return [
+            OtherIndex(await self._generation(r), r.state, r.build_read_to, partial(self._fail, r))
+            for r in records
+        ]
 
     async def _fail(self, record: IndexRecord) -> None:
         kb, index_id = record.knowledge_base, record.index_id
@@ -283,8 +292,16 @@ class Indexes:
             if config.key == self._own.config.key
             else generation_collection(self._own.collection, config)
         )
+        # Read to "": its build has read nothing yet, so no write needs to reach it until then.
         record = IndexRecord(
-            kb, index_id, config, collection, BUILDING, create_time=_now_ms(), operation=operation
+            kb,
+            index_id,
+            config,
+            collection,
+            BUILDING,
+            create_time=_now_ms(),
+            operation=operation,
+            build_read_to="",
         )
         await self._generation(record)  # its collections and embedder, before any write
         async with self._lock:
@@ -379,22 +396,24 @@ class Indexes:
             progress = replace(progress, total=total)
             await self._save(record, progress, save)
         while True:
-            page = await self._registry.page(
-                BUILD_BATCH, encode_page_token(progress.after) if progress.after else "", kb
-            )
+            page = await self._registry.build_page(kb, index_id, progress.after, BUILD_BATCH)
+            if page is None:
+                raise IndexGone(name)
             if not page.entries:
-                break
+                if progress.after == READ_ALL:
+                    break  # pass and backlog read: every write reaches the index now
+                progress = replace(progress, after=READ_ALL)
+                continue
             leaves = await self._build_batch(generation, kb, index_id, page.entries)
+            done = progress.indexed + len(page.entries)
             progress = BuildProgress(
-                page.entries[-1].document_id,
-                progress.indexed + len(page.entries),
-                max(progress.total, progress.indexed + len(page.entries)),
+                page.entries[-1].document_id if page.next_page_token else READ_ALL,
+                done,
+                max(progress.total, done),
                 progress.leaves + leaves,
             )
             if await self._save(record, progress, save):
                 return None
-            if not page.next_page_token:
-                break
         await generation.chunks.seal()  # fast to search from the first read
         ready = replace(
             record, state=READY, documents_indexed=progress.indexed, documents_total=progress.total
@@ -453,6 +472,7 @@ class Indexes:
                 for level, chunks in staged.items()
             }
             await write_staged(generation, kept)
+            await self._registry.build_written(kb, index_id, sorted(live))
             self._unsealed += sum(map(len, kept.values()))
             if self._unsealed >= SEAL_EVERY_ROWS:
                 await generation.chunks.seal()

@@ -79,6 +79,7 @@ from retrieval_service.core.ports import (
     Embedder,
     PageLoader,
     Telemetry,
+    Written,
 )
 from shared.access import document_visible
 from shared.draining import Draining
@@ -128,10 +129,15 @@ class _OneIndex:
     window: int
     bm25_levels: frozenset[int]
 
-    async def mirror(self, versions: Sequence[Version]) -> None:
+    async def mirror(self, versions: Sequence[Version]) -> Written | None:
         return None
 
-    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
+    async def catch_up(
+        self, versions: Sequence[Version], behind: frozenset[str], written: Written
+    ) -> Written:
+        return written
+
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> Written | None:
         return None
 
 

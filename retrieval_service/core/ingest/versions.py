@@ -34,6 +34,7 @@ from retrieval_service.core.documents import (
 from retrieval_service.core.embedding import normalise
 from retrieval_service.core.errors import STORE_FAILURES, StoreUnavailable
 from retrieval_service.core.identity import Metadata
+from retrieval_service.core.indexes.model import IndexesBehind
 from retrieval_service.core.indexes.texts import pack_pages
 from retrieval_service.core.ingest.leases import (
     AFTER_EVERY_LEASE,
@@ -49,6 +50,7 @@ from retrieval_service.core.ports import (
     DocumentRegistry,
     StoredChunk,
     Telemetry,
+    Written,
 )
 
 log = logging.getLogger(__name__)
@@ -219,6 +221,11 @@ def stage(
     return staged, completed
 
 
+#: Rounds of IndexesBehind a commit goes through before it gives up (each one a build that
+#: read past its documents, or an index created, while it wrote).
+CATCH_UP_ROUNDS = 5
+
+
 class WriteTarget(Protocol):
     """Where one ingest writes: the index whose chunking and embedder made its rows
     (`chunks`), and every other index of the knowledge base (a build's, or one kept to switch
@@ -228,27 +235,47 @@ class WriteTarget(Protocol):
     @property
     def chunks(self) -> ChunkRepository: ...
 
-    async def mirror(self, versions: Sequence[Version]) -> None:
-        """Writes these versions (not yet committed) into every other index."""
+    async def mirror(self, versions: Sequence[Version]) -> Written | None:
+        """Writes these versions (not yet committed) into every other index that needs them
+        now; which documents each index holds then (None: there is no other index to check
+        at the commit)."""
         ...
 
-    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
-        """Copies `source`'s rows into `target`'s version in every other index."""
+    async def catch_up(
+        self, versions: Sequence[Version], behind: frozenset[str], written: Written
+    ) -> Written:
+        """After the commit found indexes `behind` (IndexesBehind): writes the versions there."""
+        ...
+
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> Written | None:
+        """Copies `source`'s rows into `target`'s version in every other index that needs them
+        now; which indexes hold it then (None: there is no other index to check)."""
         ...
 
 
-class _NoMirror:
-    """A target that writes nothing elsewhere: a copy's commit (its rows were copied into
-    every index already)."""
+class _Copied:
+    """The target of a copy's commit: its rows are in every index that needed them already
+    (`written`). An index that came to need them since (it appeared, or turned READY) gets
+    nothing: the copy is not committed and the caller retries (UNAVAILABLE)."""
 
-    def __init__(self, chunks: ChunkRepository) -> None:
+    def __init__(self, chunks: ChunkRepository, written: Written | None) -> None:
         self.chunks = chunks
+        self._written = written
 
-    async def mirror(self, versions: Sequence[Version]) -> None:
-        return None
+    async def mirror(self, versions: Sequence[Version]) -> Written | None:
+        return self._written
 
-    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> None:
-        return None
+    async def catch_up(
+        self, versions: Sequence[Version], behind: frozenset[str], written: Written
+    ) -> Written:
+        raise StoreUnavailable(
+            "the knowledge base's indexes changed while metadata was copied; nothing was "
+            "committed, retry",
+            dependency="database",
+        )
+
+    async def mirror_copy(self, source: DocumentEntry, target: DocumentEntry) -> Written | None:
+        return self._written
 
 
 class VersionProtocol:
@@ -313,16 +340,30 @@ class VersionProtocol:
                     await self._checkpoint(f"during_level_{lvl}")
             if not completed:
                 return
-            if target is not None:
-                await target.mirror(completed)
+            written = await target.mirror(completed) if target is not None else None
             await self._checkpoint("before_commit")
             committed = [
                 replace(v.entry, state=COMMITTED, lease_expires_ms=0, text=b"") for v in completed
             ]
-            async with lease.lock:  # no renewal of these records after their commit
-                lease.check()
-                await self._registry.put(*committed)  # the commit: these versions are current
-                lease.drop(committed)
+            for round_ in range(CATCH_UP_ROUNDS + 1):
+                try:
+                    async with lease.lock:  # no renewal of these records after their commit
+                        lease.check()
+                        # The commit: these versions are current.
+                        await self._registry.put(*committed, written=written)
+                        lease.drop(committed)
+                    break
+                except IndexesBehind as behind:
+                    # A build read past these documents (or an index appeared) since the
+                    # mirror looked: nothing committed; write them there, then commit.
+                    if target is None or written is None or round_ == CATCH_UP_ROUNDS:
+                        log.error("the indexes kept changing under a commit: %s", behind)
+                        raise StoreUnavailable(
+                            "the knowledge base's indexes kept changing during the commit; "
+                            "nothing was committed",
+                            dependency="database",
+                        ) from behind
+                    written = await target.catch_up(completed, behind.collections, written)
         except STORE_FAILURES:
             names = _named(c.document_id or c.record.filename for c in staged[3])
             log.error(
@@ -364,9 +405,8 @@ class VersionProtocol:
                     "metadata changed; retry"
                 )
             await self._checkpoint(f"during_level_{lvl}")
-        if target is not None:
-            await target.mirror_copy(source, version.entry)
-        await self.commit({lvl: [] for lvl in LEVELS}, [version], lease, _NoMirror(chunks))
+        written = await target.mirror_copy(source, version.entry) if target is not None else None
+        await self.commit({lvl: [] for lvl in LEVELS}, [version], lease, _Copied(chunks, written))
 
     async def seal(self) -> None:
         """The rows are written (and durable in Milvus's log) by now; sealing only makes them
