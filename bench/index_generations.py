@@ -6,9 +6,10 @@ Milvus Lite, its SQLite control plane, the built-in embedder) over a SciFact sub
     its build time.
 (b) What the build costs the callers meanwhile: Retrieve p50 over train claims one after
     another, idle and while the build runs (wanted ≤ 1.5×); and the time of one
-    IngestDocuments of WRITE abstracts, idle and while the build runs (it writes both indexes;
-    wanted ≤ 2×), and once the build is READY with the old index kept (both written, no build
-    running: what writing two indexes costs by itself).
+    IngestDocuments of WRITE abstracts, idle and while the build runs (wanted ≤ 2×; it writes
+    the active index, the build takes the new versions into its own), and once the build is
+    READY with the old index kept (both written, no build running: what writing two indexes
+    costs by itself).
 (c) The two indexes compared on the same questions: an evaluation set of the subset's train
     claims (BEIR import), RunEvaluation RETRIEVAL top_k=100 once per index (RunConfig.index),
     and CompareEvaluationRuns(initial, other): each metric's means, difference, paired-

@@ -7,6 +7,7 @@ it there first."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,7 +17,7 @@ from retrieval_service.adapters.sql.database import Database, DatabaseConfig
 from retrieval_service.adapters.sql.indexes import SqlIndexStore
 from retrieval_service.adapters.sql.knowledge_bases import SqlKnowledgeBaseStore
 from retrieval_service.adapters.sql.migrate import ensure_schema
-from retrieval_service.adapters.sql.registry import SqlDocumentRegistry
+from retrieval_service.adapters.sql.registry import SqlDocumentRegistry, require_active
 from retrieval_service.core.documents import TOMBSTONE, DocumentEntry
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.indexes.model import (
@@ -161,3 +162,17 @@ async def test_a_build_page_of_an_index_not_building_is_none(db: Database) -> No
     assert await SqlIndexStore(db).set_state(DEFAULT_KB, "c1600", FAILED, states=(BUILDING,))
     assert await registry.build_page(DEFAULT_KB, "c1600", "", 10) is None
     assert await registry.build_page(DEFAULT_KB, "missing", "", 10) is None
+
+
+async def test_a_build_page_waits_for_a_commit_in_flight(db: Database) -> None:
+    """A commit's check and a build's move of its read position never interleave: the page
+    read waits for the transaction that holds the knowledge base's row."""
+    registry = SqlDocumentRegistry(db)
+    await building(db)
+    async with db.write("registry_put") as connection:
+        await require_active(db, connection, DEFAULT_KB)
+        reading = asyncio.create_task(registry.build_page(DEFAULT_KB, "c1600", "", 10))
+        await asyncio.sleep(0.5)
+        assert not reading.done()
+    page = await reading
+    assert page is not None and page.entries == []
