@@ -5,16 +5,17 @@ documents a knowledge base holds (`build`, run as a long-running operation by
 `retrieval_service/index_builds.py`); and the upkeep of both (`reconcile`).
 
 While an index builds, reads use the active index and every ingest, replace, delete and
-import reaches both (`generations.WritePlan`), so it is complete when it turns READY — but a
-new version of a document the build has not read yet goes into the active index alone: the
-build reads documents in id order and will read that version itself, so a write during a build
-embeds once, not twice. Where the build has read to (`IndexRecord.build_read_to`) moves in the
-transaction that reads each page, and every commit checks it in its own (IndexesBehind): a
-version committed past it is read by the build, one before it was written by its ingest.
-The build reads each batch of current documents' stored text, embeds it outside the write
-lock and writes it under the lock only for the versions still current then: a version
-committed meanwhile was written into the new index by its ingest already, and a deleted
-document's rows went with its versions. So no write is lost, whatever runs alongside."""
+import reaches both (`generations.WritePlan`), so it is complete when it turns READY. Its
+build takes the new versions itself (`model.build_takes_writes`): a write embeds for the
+active index only; a version committed past where the build has read is read in its pass
+(documents come in id order), one behind it is put in the build's backlog by the commit's own
+transaction, and the build reads the backlog once its pass is done; with both read, the read
+position becomes None in the transaction that found the backlog empty, and from then on every
+commit writes the index itself (IndexesBehind sends back one that did not). The build reads
+each batch of current documents' stored text, embeds it outside the write lock and writes it
+under the lock only for the versions still current then: a version committed meanwhile is in
+its backlog or written by its ingest, and a deleted document's rows went with its versions.
+So no write is lost, whatever runs alongside."""
 
 from __future__ import annotations
 
@@ -434,8 +435,8 @@ class Indexes:
         return await save(progress)
 
     async def _give_way(self) -> None:
-        """Waits (at most YIELD_SECONDS) while an ingest runs: its document embeds twice
-        already (once per index), and the build's batch would take the cores from it."""
+        """Waits (at most YIELD_SECONDS) while an ingest runs: the build's batch would take
+        the cores from it."""
         waited = 0.0
         while self._writing() and waited < YIELD_SECONDS:
             await asyncio.sleep(0.05)
