@@ -4,7 +4,7 @@
         [--stream] [--json] [--no-answer] [--history FILE]
     python -m orchestrator_service ask --chat ["first question"] [--history FILE] [options]
     python -m orchestrator_service resume --snapshot FILE --answer "补充" [--kb ID]...
-        [--filter EXPR] [--stream] [--json] [--history FILE]
+        [--filter EXPR] [--index NAME] [--stream] [--json] [--history FILE]
 
 `--history FILE` sends a conversation's earlier turns (a JSON list of {"question", "answer"},
 oldest first; docs/api.md#conversations), so a follow-up is condensed to stand alone. `ask
@@ -19,7 +19,7 @@ command, flags included, that answers its clarification.
 docs/api.md#filters) limit every retrieval of the run; a resume is given the same ones again.
 `ask --index knowledge_bases/{kb}/indexes/{id}` makes every retrieval of the run read that
 READY index instead of its knowledge base's active one (RunRequest.index, docs/api.md#indexes);
-a resume has no index to send (ResumeRequest carries none), so it reads the active indexes.
+`resume --index` sends it again with the reply (ResumeRequest.index), as `--kb` is.
 
 TLS: `--tls-ca FILE` (or `--tls` for the system's roots), and `--tls-cert FILE --tls-key FILE`
 when the server requires client certificates (mTLS).
@@ -124,12 +124,14 @@ CHAT_REPLY_HINT = (
 
 def resume_hint(args: argparse.Namespace) -> str:
     """The `resume` command answering a one-shot `ask`'s clarification, with the flags the run
-    was given again (knowledge bases, filter, history, address, --no-answer)."""
+    was given again (knowledge bases, filter, index, history, address, --no-answer)."""
     flags = ["--snapshot", "FILE", "--answer", "REPLY"]
     for kb in args.kb:
         flags += ["--kb", kb]
     if args.filter:
         flags += ["--filter", args.filter]
+    if args.index:
+        flags += ["--index", args.index]
     if args.history:
         flags += ["--history", args.history]
     if args.addr:
@@ -283,6 +285,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help='earlier turns of the conversation: JSON [{"question": …, "answer": …}] (- = stdin)',
     )
+    common.add_argument(
+        "--index",
+        default="",
+        metavar="NAME",
+        help="read this READY index (knowledge_bases/KB/indexes/ID) instead of the active one",
+    )
     add_tls_arguments(common)
     ask = sub.add_parser("ask", parents=[common], help="run the workflow for a question")
     ask.add_argument("question", nargs="?", help="the question (with --chat: the first one)")
@@ -290,12 +298,6 @@ def _parser() -> argparse.ArgumentParser:
         "--chat",
         action="store_true",
         help="a prompt loop keeping the conversation's history across questions",
-    )
-    ask.add_argument(
-        "--index",
-        default="",
-        metavar="NAME",
-        help="read this READY index (knowledge_bases/KB/indexes/ID) instead of the active one",
     )
     resume = sub.add_parser("resume", parents=[common], help="answer an HITL follow-up")
     resume.add_argument("--snapshot", required=True, help="JSON file from `ask --json` (- = stdin)")
@@ -374,6 +376,7 @@ async def _resume(
         knowledge_bases=args.kb,
         filter=args.filter,
         history=_turns(history),
+        index=args.index,
     )
     return await _send(args, metadata, request, stub.Resume, stub.StreamResume)
 

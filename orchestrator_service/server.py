@@ -101,11 +101,10 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
 
 
 def _scope(request: orchestrator_pb2.RunRequest | orchestrator_pb2.ResumeRequest) -> RetrievalScope:
-    """The run's knowledge bases, filter and index (RunRequest only), once the caller may read
-    every knowledge base the run searches (docs/api.md#api-keys); retrieval checks them again
-    with the caller's own key."""
-    index = request.index if isinstance(request, orchestrator_pb2.RunRequest) else ""
-    scope = RetrievalScope(tuple(request.knowledge_bases), request.filter, index)
+    """The run's knowledge bases, filter and index, once the caller may read every knowledge
+    base the run searches (docs/api.md#api-keys); retrieval checks them again with the
+    caller's own key."""
+    scope = RetrievalScope(tuple(request.knowledge_bases), request.filter, request.index)
     caller = current_principal()
     for kb_id in searched_kb_ids(scope):
         caller.require(Permission.READ, kb_id)

@@ -1,6 +1,6 @@
 """A run's `index` (RunRequest.index, docs/api.md#indexes) through the real Run RPCs and their
 streams, against the scripted retrieval server: every Retrieve of the run carries it (the first
-recall, each sub-question, the rewrite); Resume has no index to send; retrieval's NOT_FOUND,
+recall, each sub-question, the rewrite) and a Resume's, sent again; retrieval's NOT_FOUND,
 INVALID_ARGUMENT and FAILED_PRECONDITION about `index` are the run's own status naming `index`
 (docs/api.md#what-the-orchestrator-answers-when-retrieval-fails); a malformed index is refused
 before any retrieval; and `ask --index` sends it from the CLI."""
@@ -96,7 +96,7 @@ async def test_the_rewrites_retrieval_reads_the_index() -> None:
         await s.aclose()
 
 
-async def test_a_resume_has_no_index_and_reads_the_active_ones() -> None:
+async def test_a_resume_reads_the_index_it_is_sent_again() -> None:
     s = await start_stack(
         ModelScript().add("evidence_grade", QSTAR, ANSWER), RetrievalScript().add(QSTAR, [DOC])
     )
@@ -105,7 +105,16 @@ async def test_a_resume_has_no_index_and_reads_the_active_ones() -> None:
             resume_state=hitl_state_to_proto(SNAP), user_answer="丹瑾", knowledge_bases=["hr"]
         )
         await s.stub.Resume(request)
-        assert _sent(s) == [(QSTAR, ("hr",), "")]
+        request.index = INDEX
+        await s.stub.Resume(request)
+        assert _sent(s) == [(QSTAR, ("hr",), ""), (QSTAR, ("hr",), INDEX)]
+        # Checked as RunRequest.index is, before any retrieval.
+        request.index = "knowledge_bases/sales/indexes/v2"
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await s.stub.Resume(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith("index: is an index of knowledge_bases/sales")
+        assert len(s.retrieval.sent) == 2
     finally:
         await s.aclose()
 

@@ -1,13 +1,12 @@
 """The `ask` command's RunRequest without a server: its question, history, knowledge bases,
-filter and `--index` (RunRequest.index) as parsed; `resume` takes no index (ResumeRequest has
-none)."""
+filter and `--index` (RunRequest.index) as parsed; `resume --index` (ResumeRequest.index), and
+the `resume` command an HITL result's hint prints names the index again."""
 
 from __future__ import annotations
 
-import pytest
 from supermew.v1 import orchestrator_pb2 as O
 
-from orchestrator_service.cli import _parser, run_request
+from orchestrator_service.cli import _parser, resume_hint, run_request
 from orchestrator_service.conversation import Turn
 
 INDEX = "knowledge_bases/hr/indexes/v2"
@@ -36,6 +35,9 @@ def test_ask_without_index_reads_the_active_indexes() -> None:
     assert _parser().parse_args(["ask", "--chat", "--index", INDEX]).index == INDEX
 
 
-def test_resume_takes_no_index() -> None:
-    with pytest.raises(SystemExit):
-        _parser().parse_args(["resume", "--snapshot", "-", "--answer", "a", "--index", INDEX])
+def test_resume_sends_the_index_again_and_the_hint_names_it() -> None:
+    args = _parser().parse_args(["ask", "Leave?", "--kb", "hr", "--index", INDEX])
+    assert f"--kb hr --index {INDEX}" in resume_hint(args)
+    assert "--index" not in resume_hint(_parser().parse_args(["ask", "Leave?"]))
+    resumed = _parser().parse_args(["resume", "--snapshot", "-", "--answer", "a", "--index", INDEX])
+    assert resumed.index == INDEX
