@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from orchestrator_service.answer import build_citations, clean_markers
-from orchestrator_service.models.local.answer import answer_pieces, is_title, stated_as_asked
+from orchestrator_service.models.local.answer import (
+    answer_pieces,
+    is_title,
+    rarity,
+    stated_as_asked,
+)
 from orchestrator_service.models.local.grading import grade
 from orchestrator_service.models.local.support import (
     absent_names,
@@ -251,3 +256,28 @@ def test_the_sentence_that_states_the_question_back_answers_it() -> None:
     ]
     (lead,) = answer_pieces("What is OpenSSH based on?", docs)[:1]
     assert lead.startswith("OpenSSH is based on the last free version")
+
+
+def test_a_word_a_few_sentences_share_still_weighs_near_a_rare_one() -> None:
+    # BM25's idf over the candidate sentences: a second holder does not halve a word's
+    # weight (as 1 / holders did), and a word every candidate holds weighs next to nothing.
+    assert rarity(2, 8) > 0.6 * rarity(1, 8)
+    assert rarity(3, 8) > 0.45 * rarity(1, 8)
+    assert rarity(8, 8) < 0.1 * rarity(1, 8)
+    assert rarity(1, 8) > rarity(2, 8) > rarity(3, 8) > rarity(8, 8) > 0
+
+
+def test_the_sentence_holding_the_asked_words_leads_the_one_holding_a_rare_noun() -> None:
+    # "removed" and "changed" are each said by another sentence too, "account" by one only:
+    # at 1 / holders the account sentence outweighed the one stating what was asked.
+    text = (
+        "Tool notes\n\nThe tool keeps the system users consistent with the master list. "
+        "root is never removed or changed. If it does not exist a root account is added. "
+        "Stale home directories are removed by hand. Group names are changed only on request. "
+        "Unused groups are removed at upgrade."
+    )
+    pieces = answer_pieces(
+        "Does the tool ever remove or change the root account?",
+        [{"text": text, "filename": "tool.txt"}],
+    )
+    assert pieces[0] == "root is never removed or changed[1]."

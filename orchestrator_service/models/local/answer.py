@@ -17,6 +17,7 @@ all); the leading claim comes first, so its sentence is its chunk's quote."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -201,18 +202,31 @@ def _candidates(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[_C
     return found
 
 
-def _weights(
-    question: str, terms: list[Term], pool: list[_Candidate], titles: Sequence[str]
-) -> dict[str, float]:
-    """A key term counts the less the more candidates hold it (the subject a whole section is
-    about says nothing about which sentence answers), a word of the documents' titles
-    ("Millbrook", "ferry") not at all."""
+def rarity(holders: int, candidates: int) -> float:
+    """BM25's inverse document frequency (the one the retrieval's sparse index ranks with),
+    the candidate sentences taken as the documents: ln(1 + (N − n + 0.5) / (n + 0.5)).
+
+    It falls with the log of the holders, not as 1 / holders: a word a second or third
+    sentence of the evidence also says ("removed" beside "root is never removed or changed")
+    still tells which sentence answers, and halving or thirding its weight let a sentence
+    holding only the question's one rare noun ("account") lead one holding three of its words.
+    A word held by every candidate still weighs next to nothing."""
+    return math.log(1.0 + (candidates - holders + 0.5) / (holders + 0.5))
+
+
+def _weights(terms: list[Term], pool: list[_Candidate], titles: Sequence[str]) -> dict[str, float]:
+    """A key term counts the less the more candidates hold it (`rarity`: the subject a whole
+    section is about says nothing about which sentence answers), a word of the documents'
+    titles ("Millbrook", "ferry") not at all. A term no candidate holds weighs as one held by
+    a single candidate: it is part of the question all the same."""
     names = {term.key for term in key_terms(" ".join(titles))}
     weights = {}
     for term in terms:
-        holders = sum(term.key in c.covered for c in pool) or 1
+        holders = max(1, sum(term.key in c.covered for c in pool))
         weight = LIGHT_WEIGHT if term.key in _LIGHT_VERBS else 1.0
-        weights[term.key] = (NAME_WEIGHT if term.key in names else weight) / holders
+        weights[term.key] = (NAME_WEIGHT if term.key in names else weight) * rarity(
+            holders, len(pool)
+        )
     return weights
 
 
@@ -333,7 +347,7 @@ def choose_sentences(
         return []
     on_topic = {c.rank for c in pool}
     titles = [e.title for e in prepare_evidence(list(docs)) if e.rank in on_topic]
-    weights = _weights(question, terms, pool, titles)
+    weights = _weights(terms, pool, titles)
     quantity = asks_quantity(question)
     defined = defined_subject(question)
     statement = stated_as_asked(question)
