@@ -203,8 +203,9 @@ def _candidates(docs: Sequence[Mapping[str, Any]], terms: list[Term]) -> list[_C
 
 
 def rarity(holders: int, candidates: int) -> float:
-    """BM25's inverse document frequency (the one the retrieval's sparse index ranks with),
-    the candidate sentences taken as the documents: ln(1 + (N − n + 0.5) / (n + 0.5)).
+    """BM25's inverse document frequency in its Lucene form (the 1 + keeps it positive when
+    most candidates hold the word), the candidate sentences taken as the documents:
+    ln(1 + (N − n + 0.5) / (n + 0.5)).
 
     It falls with the log of the holders, not as 1 / holders: a word a second or third
     sentence of the evidence also says ("removed" beside "root is never removed or changed")
