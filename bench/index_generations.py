@@ -53,6 +53,8 @@ from retrieval_service.core.identity import DEFAULT_KB
 E = evaluation_pb2
 INITIAL = DEFAULT_KB + "/indexes/initial"
 WRITE = 16
+#: Writes of WRITE abstracts timed idle, and during the build (medians: one write is noisy).
+WRITES = 3
 
 
 def documents(data: SciFact, ids: list[str]) -> list[retrieval_pb2.SourceDocument]:
@@ -110,7 +112,7 @@ async def run(args: argparse.Namespace) -> None:
     quiet()
     data, doc_ids, claim_ids = selection(args.data, args.limit, args.judged_share, args.claims)
     chosen = set(doc_ids)
-    spare = [d for d in data.corpus if d not in chosen][: 5 * WRITE]
+    spare = [d for d in data.corpus if d not in chosen][: (2 * WRITES + 1) * WRITE]
     other = f"{DEFAULT_KB}/indexes/c{args.other_chunk_size}"
     with scratch_db("bench-indexes-") as db, tempfile.TemporaryDirectory() as folder:
         app = await create_app(bench_settings(db))
@@ -135,7 +137,7 @@ async def run(args: argparse.Namespace) -> None:
                 await retrieve_ms(stub, q)
             idle_ms = [await retrieve_ms(stub, q) for q in questions[: args.retrieves]]
             idle_writes = [
-                await ingest(stub, data, spare[i * WRITE : (i + 1) * WRITE]) for i in range(2)
+                await ingest(stub, data, spare[i * WRITE : (i + 1) * WRITE]) for i in range(WRITES)
             ]
 
             # The initial index's config with only the chunk size changed: the comparison is
@@ -166,9 +168,10 @@ async def run(args: argparse.Namespace) -> None:
                     if not await building():
                         break
                     busy_ms.append(ms)
-                # Between rounds of reads, while the build still runs: one write (two at most).
-                if len(busy_writes) < 2 and await building():
-                    ids = spare[(2 + len(busy_writes)) * WRITE : (3 + len(busy_writes)) * WRITE]
+                # Between rounds of reads, while the build still runs: one write (WRITES at most).
+                if len(busy_writes) < WRITES and await building():
+                    n = WRITES + len(busy_writes)
+                    ids = spare[n * WRITE : (n + 1) * WRITE]
                     seconds = await ingest(stub, data, ids)
                     if await building():
                         busy_writes.append(seconds)
@@ -181,7 +184,7 @@ async def run(args: argparse.Namespace) -> None:
             if final.HasField("error"):
                 raise SystemExit(f"the build failed: {final.error}")
             # READY and kept: every write still reaches both indexes, no build running.
-            standby_write = await ingest(stub, data, spare[4 * WRITE : 5 * WRITE])
+            standby_write = await ingest(stub, data, spare[2 * WRITES * WRITE :])
             index = retrieval_pb2.Index()
             final.response.Unpack(index)
             meta = retrieval_pb2.CreateIndexMetadata()
