@@ -1,10 +1,13 @@
 """shared.http: transport failures come out library-neutral and name no address; the retry rule
-(statuses, attempts, Retry-After, the caller's deadline); proxies from the environment."""
+(statuses, attempts, Retry-After, the caller's deadline); proxies from the environment; what
+reaches the wire (header names, cookies, redirects, encoded replies, credentials in the URL)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
+import json
 import socket
 
 import pytest
@@ -119,3 +122,99 @@ async def test_proxies_come_from_the_environment(monkeypatch) -> None:
         await client.aclose()
         server.close()
         await server.wait_closed()
+
+
+class _Recorder:
+    """A loopback HTTP/1.1 server (keep-alive) that records each request's head as it came
+    over the wire and its body, and answers by path: `/set-cookie` sets a cookie, `/moved`
+    redirects (307) to `/target`, `/gzip` sends a gzip-encoded body, any other path `{}`."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[bytes, bytes]] = []
+        self.port = 0
+
+    async def __aenter__(self) -> _Recorder:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    def url(self, path: str, userinfo: str = "") -> str:
+        return f"http://{userinfo}127.0.0.1:{self.port}{path}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                self.requests.append((head, await reader.readexactly(length)))
+                path = head.split(b" ")[1]
+                extra, body = b"", b'{"path":"%s"}' % path
+                if path == b"/set-cookie":
+                    extra = b"Set-Cookie: session=s1; Path=/\r\n"
+                elif path == b"/moved":
+                    extra = b"Location: /target\r\n"
+                elif path == b"/gzip":
+                    extra, body = b"Content-Encoding: gzip\r\n", gzip.compress(body)
+                status = b"307 Temporary Redirect" if path == b"/moved" else b"200 OK"
+                writer.write(
+                    b"HTTP/1.1 %s\r\n%sContent-Length: %d\r\n\r\n%s"
+                    % (status, extra, len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.integration  # a loopback HTTP server
+async def test_what_reaches_the_wire(monkeypatch) -> None:
+    # Header names as written, the client's cookies kept and sent back, a redirect followed
+    # with its method and body, an encoded reply decoded: what httpx's client layers did before
+    # requests went to its transport directly. Credentials in the URL are sent as basic auth.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    client = HttpClient(headers={"X-Api-Version": "2"})
+    try:
+        async with _Recorder() as server:
+            reply = await client.post_json(
+                server.url("/plain"), BODY, timeout=5, headers={"Authorization": "Bearer k"}
+            )
+            assert reply.status == 200 and reply.json() == {"path": "/plain"}
+            head, body = server.requests[-1]
+            assert head.startswith(b"POST /plain HTTP/1.1\r\n") and json.loads(body) == BODY
+            for line in (b"Authorization: Bearer k", b"Content-Type: application/json",
+                         b"X-Api-Version: 2", b"Content-Length: %d" % len(body),
+                         b"Host: 127.0.0.1:%d" % server.port):  # fmt: skip
+                assert b"\r\n" + line + b"\r\n" in head, line
+            assert b"cookie" not in head.lower()
+
+            await client.post_json(server.url("/set-cookie"), BODY, timeout=5)
+            await client.post_json(server.url("/plain"), BODY, timeout=5)
+            assert b"\r\nCookie: session=s1\r\n" in server.requests[-1][0]
+
+            reply = await client.post_json(server.url("/moved"), BODY, timeout=5)
+            assert reply.status == 200 and reply.json() == {"path": "/target"}
+            head, body = server.requests[-1]
+            assert head.startswith(b"POST /target HTTP/1.1\r\n") and json.loads(body) == BODY
+
+            reply = await client.post_json(server.url("/gzip"), BODY, timeout=5)
+            assert reply.status == 200 and reply.json() == {"path": "/gzip"}
+
+            reply = await client.post_json(server.url("/plain", "user:pw@"), BODY, timeout=5)
+            basic = base64.b64encode(b"user:pw")
+            assert reply.status == 200
+            assert b"\r\nAuthorization: Basic " + basic + b"\r\n" in server.requests[-1][0]
+
+            async with client.stream_json(
+                server.url("/plain"), BODY, timeout=5, headers={"Authorization": "Bearer k"}
+            ) as stream:
+                assert stream.status == 200
+                assert [line async for line in stream.lines()] == ['{"path":"/plain"}']
+            assert b"\r\nAuthorization: Bearer k\r\n" in server.requests[-1][0]
+    finally:
+        await client.aclose()
