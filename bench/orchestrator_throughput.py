@@ -258,7 +258,11 @@ def _commit_tree(commit: str) -> Iterator[Path]:
         ).stdout
         subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
         (tree / "gen").mkdir()
-        protos = sorted(str(p.relative_to(tree / "protos")) for p in tree.glob("protos/**/*.proto"))
+        # The project's own protos, as `make proto` compiles them: the vendored google ones
+        # are googleapis-common-protos' to import, and a second copy in `gen/` clashes with it.
+        protos = sorted(
+            str(p.relative_to(tree / "protos")) for p in tree.glob("protos/supermew/v1/*.proto")
+        )
         subprocess.run(
             [sys.executable, "-m", "grpc_tools.protoc", "-Iprotos", "--python_out=gen",
              "--grpc_python_out=gen", *protos],
