@@ -297,10 +297,10 @@ async def refresh_documents(connection: AsyncConnection, changed: set[DocKey]) -
                 await connection.execute(documents.insert(), live)
 
 
-def _moved(read_to: str | None, last: str) -> str | None:
-    """A build's read position after a page of its pass ending at `last`: never back, and
-    None (its backlog read too) stays."""
-    return None if read_to is None else max(read_to, last)
+def _moved(read_to: str | None, last: str | None) -> str | None:
+    """A build's read position after a page of its pass ending at `last` (None: its last
+    page): never back, and None stays."""
+    return None if read_to is None or last is None else max(read_to, last)
 
 
 class SqlDocumentRegistry:
@@ -465,15 +465,16 @@ class SqlDocumentRegistry:
     ) -> DocumentPage | None:
         """What the build of a BUILDING index reads next, its read position moved in the same
         transaction. Its pass (`after` a document id, or ""): the current documents after
-        `after` in id order, the position moved past them (to READ_ALL on the last page) and
-        never back — a build resumed from an earlier save, or a replica's stale runner, only
-        re-reads. Its backlog (`after` READ_ALL): the current versions of documents committed
-        behind the position meanwhile, a page at a time (each stays in the backlog until
-        `build_written` says its version is in); with none left, the position set to None
-        (every write reaches the index from then on) and an empty page. None when the index
-        is not BUILDING. The knowledge base's row is held exclusively (PostgreSQL:
-        FOR NO KEY UPDATE; SQLite: every write transaction is serial), so no commit checks
-        the position meanwhile (`check_indexes_hold`)."""
+        `after` in id order, the position moved past them and never back — a build resumed
+        from an earlier save, or a replica's stale runner, only re-reads — and set to None on
+        the last page: every write reaches the index itself from then on, so the backlog only
+        shrinks and the build ends however steadily callers write. Its backlog (`after`
+        READ_ALL): the current versions of documents committed behind the position during the
+        pass, a page at a time (each stays in the backlog until `build_written` says its
+        version is in), then an empty page. None when the index is not BUILDING. The
+        knowledge base's row is held exclusively (PostgreSQL: FOR NO KEY UPDATE; SQLite: every
+        write transaction is serial), so no commit checks the position meanwhile
+        (`check_indexes_hold`)."""
         lock = select(knowledge_bases.c.name).where(knowledge_bases.c.name == knowledge_base)
         if self._db.dialect == "postgresql":
             lock = lock.with_for_update(key_share=True)
@@ -495,11 +496,11 @@ class SqlDocumentRegistry:
                 more = len(entries) > page_size
                 entries = entries[:page_size]
                 token = encode_page_token(entries[-1].document_id) if more else ""
-                moved = _moved(read_to, entries[-1].document_id if more else READ_ALL)
+                moved = _moved(read_to, entries[-1].document_id if more else None)
             else:
                 entries = await self._backlog(connection, knowledge_base, index_id, page_size)
                 token = ""
-                moved = READ_ALL if entries and read_to is not None else None
+                moved = None
             if moved != read_to:
                 await connection.execute(update(indexes).where(*where).values(build_read_to=moved))
         return DocumentPage(entries, token)

@@ -15,7 +15,7 @@ bytes whatever the server's locale.
 - `indexes`: the indexes of each knowledge base (docs/api.md#indexes), their config, state,
   build counts, the generation's collection base name and where a build has read to;
   `knowledge_bases.active_index` is the id of the one every read uses.
-- `index_build_backlog`: the documents committed during a build behind where it had read,
+- `index_build_backlog`: the documents committed during a build's pass behind where it had read,
   with their version, which it reads again before its index turns READY (a write during a
   build writes the active index only).
 - `document_texts`: each document's extracted pages, compressed, by content digest (a version

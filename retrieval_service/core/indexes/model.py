@@ -61,8 +61,8 @@ class IndexRecord:
     """One index as stored: its knowledge base (full name), id, config, state, build counts,
     creation instant (epoch ms), the generation's collection base name, the operation that
     builds it ("" for `initial`) and, while it builds, the greatest document id its build
-    has read (`build_read_to`: "" before its first page, READ_ALL after its last; None once
-    its backlog is read too, and for every index not building — see `build_takes_writes`)."""
+    has read (`build_read_to`: "" before its first page; None from its last on, and for every
+    index not building — see `build_takes_writes`)."""
 
     knowledge_base: str
     index_id: str
@@ -80,8 +80,8 @@ class IndexRecord:
         return index_name(self.knowledge_base, self.index_id)
 
 
-#: `build_read_to` once a build has read every document id (each id is below "~",
-#: `identity.DOCUMENT_ID`): what is left is its backlog.
+#: `BuildProgress.after` once a build's pass has read every document id (each id is below
+#: "~", `identity.DOCUMENT_ID`): what is left is its backlog.
 READ_ALL = "~"
 
 
@@ -90,9 +90,10 @@ def build_takes_writes(state: int, build_read_to: str | None) -> bool:
     need not write it there: the index is BUILDING and its build has a read position. A
     document past the position is read in the build's pass (in id order); one behind it is
     put in the build's backlog by the commit (`index_build_backlog`), in the transaction
-    that commits it, and read again before the index turns READY. The position moves, and the
-    build's last backlog read sets it to None, in transactions that hold the knowledge base's
-    row against every commit's check."""
+    that commits it, and read once the pass is done. The position moves, and the pass's last
+    page sets it to None (every write reaches the index itself from then on, so the backlog
+    only shrinks), in transactions that hold the knowledge base's row against every commit's
+    check."""
     return state == BUILDING and build_read_to is not None
 
 

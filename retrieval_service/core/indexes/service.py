@@ -9,9 +9,9 @@ import reaches both (`generations.WritePlan`), so it is complete when it turns R
 build takes the new versions itself (`model.build_takes_writes`): a write embeds for the
 active index only; a version committed past where the build has read is read in its pass
 (documents come in id order), one behind it is put in the build's backlog by the commit's own
-transaction, and the build reads the backlog once its pass is done; with both read, the read
-position becomes None in the transaction that found the backlog empty, and from then on every
-commit writes the index itself (IndexesBehind sends back one that did not). The build reads
+transaction. The pass's last page sets the read position to None: from then on every commit
+writes the index itself (IndexesBehind sends back one that did not), and the build reads its
+backlog, which only shrinks — so a build ends however steadily callers write. The build reads
 each batch of current documents' stored text, embeds it outside the write lock and writes it
 under the lock only for the versions still current then: a version committed meanwhile is in
 its backlog or written by its ingest, and a deleted document's rows went with its versions.
@@ -402,7 +402,7 @@ class Indexes:
                 raise IndexGone(name)
             if not page.entries:
                 if progress.after == READ_ALL:
-                    break  # pass and backlog read: every write reaches the index now
+                    break  # pass and backlog read
                 progress = replace(progress, after=READ_ALL)
                 continue
             leaves = await self._build_batch(generation, kb, index_id, page.entries)

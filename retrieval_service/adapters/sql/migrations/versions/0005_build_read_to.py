@@ -1,8 +1,9 @@
 """Index builds take the writes made while they run (docs/api.md#indexes): where each build has
 read to (`indexes.build_read_to`) and the documents committed behind that point meanwhile
-(`index_build_backlog`), which the build reads again before its index turns READY. A write
-during a build then embeds once, for the active index, instead of once per index. NULL (every
-index before this revision) means every write reaches the index itself.
+(`index_build_backlog`), which the build reads again once it has read every document. A write
+during a build's pass then embeds once, for the active index, instead of once per index. NULL
+(every index before this revision, and a build past its pass) means every write reaches the
+index itself.
 
 Revision ID: 0005_build_read_to
 Revises: 0004_indexes
