@@ -202,8 +202,8 @@ class DocumentRegistry(Protocol):
     ) -> DocumentPage | None:
         """What the build of a BUILDING index reads next — the current documents in id order
         after `after`, then (`after` READ_ALL) those its backlog names — with its read position
-        moved atomically; an empty page once both are read (every write reaches the index
-        from then on); None when the index is not BUILDING."""
+        moved atomically (None after the pass's last page: every write reaches the index from
+        then on); an empty page once both are read; None when the index is not BUILDING."""
         ...
 
     async def build_written(

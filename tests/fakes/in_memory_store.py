@@ -18,7 +18,7 @@ import copy
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,7 +41,7 @@ from retrieval_service.core.errors import StoreFailed, StoreUnavailable
 from retrieval_service.core.filters import matches
 from retrieval_service.core.identity import DEFAULT_KB
 from retrieval_service.core.knowledge_bases import ACTIVE, DELETING, KnowledgeBaseRecord
-from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk
+from retrieval_service.core.ports import DEFAULT_SCOPE, Doc, SearchScope, StoredChunk, Written
 from shared.access import document_visible
 from shared.errors import NotFound
 from shared.lexical import bm25_text
@@ -416,9 +416,7 @@ class InMemoryDocumentRegistry:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    async def put(
-        self, *entries: DocumentEntry, written: Mapping[str, frozenset[str]] | None = None
-    ) -> None:
+    async def put(self, *entries: DocumentEntry, written: Written | None = None) -> None:
         # No index records here: the store an ingest writes is the only index, so `written`
         # has nothing to check.
         await self._enter("put")

@@ -16,8 +16,8 @@ bytes whatever the server's locale.
   build counts, the generation's collection base name and where a build has read to;
   `knowledge_bases.active_index` is the id of the one every read uses.
 - `index_build_backlog`: the documents committed during a build's pass behind where it had read,
-  with their version, which it reads again before its index turns READY (a write during a
-  build writes the active index only).
+  with their version, which it reads again once its pass is done (a write during the pass
+  writes the active index only).
 - `document_texts`: each document's extracted pages, compressed, by content digest (a version
   that changes only the metadata shares its predecessor's), what an index build re-chunks.
 - `import_sources`: which source (an import's uri) brought each document in, and the source's
