@@ -125,13 +125,15 @@ def build_app(settings: OrchestratorSettings, *, model: ModelClient | None = Non
     )
     operations = SqlOperationStore(database, operations_table)
     store = EvaluationStore(database)
-    evaluations = Evaluations(store, operations, import_roots=settings.import_root_paths)
     runner = EvaluationRunner(
         store,
         operations,
         ItemRunner(retrieval, core, similarity=_answer_similarity),
         lease_seconds=settings.evaluation_lease_seconds,
         on_item=record_evaluation_item,
+    )
+    evaluations = Evaluations(
+        store, operations, import_roots=settings.import_root_paths, on_queued=runner.wake
     )
 
     def add_servicers(server: grpc.aio.Server) -> None:

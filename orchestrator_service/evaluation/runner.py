@@ -41,7 +41,11 @@ from shared.sql.operations import ClaimedOperation, LeaseLost, SqlOperationStore
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_SECONDS: Final = 2.0
-POLL_SECONDS: Final = 1.0
+#: How often an idle runner looks for runs it was not told of: those queued on another replica
+#: while its runner was busy, and those whose runner died (lease expired). A run queued here
+#: wakes the runner at once (`wake`). Each look is a query; once a second it was a sizeable
+#: part of an idle orchestrator's CPU (docs/benchmarks.md#orchestrator_throughput).
+POLL_SECONDS: Final = 5.0
 #: Failures of one item that do not say anything about the others.
 PASSING: Final = (DependencyUnavailable, DeadlineExceeded)
 
@@ -91,10 +95,15 @@ class EvaluationRunner:
         self.owner = f"evaluation-{secrets.token_hex(6)}"
         self._task: asyncio.Task[None] | None = None
         self._current: str | None = None
+        self._queued = asyncio.Event()
 
     def start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="evaluation-runner")
+
+    def wake(self) -> None:
+        """A run was queued in this process: look for it now rather than at the next poll."""
+        self._queued.set()
 
     async def stop(self) -> None:
         """Stops at once; the run in hand is given up (its lease released), so another
@@ -109,6 +118,8 @@ class EvaluationRunner:
 
     async def _loop(self) -> None:
         while True:
+            # Cleared before the look: a run queued during it wakes the wait below.
+            self._queued.clear()
             try:
                 claimed = await self._operations.claim(
                     KIND, self.owner, self._now_ms(), self._lease_ms
@@ -117,7 +128,8 @@ class EvaluationRunner:
                 log.warning("evaluation runner cannot claim: %s", exc)
                 claimed = None
             if claimed is None:
-                await asyncio.sleep(self._poll)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._queued.wait(), self._poll)
                 continue
             self._current = claimed.record.id
             try:

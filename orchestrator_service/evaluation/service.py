@@ -126,6 +126,8 @@ class Evaluations:
     operations: SqlOperationStore
     import_roots: Sequence[Path] = ()
     now_ms: Callable[[], int] = field(default=_now_ms)
+    #: Called once a run is queued (the composition root: the runner's `wake`).
+    on_queued: Callable[[], None] = field(default=lambda: None)
 
     # ---- sets -----------------------------------------------------------------------------
 
@@ -319,6 +321,7 @@ class Evaluations:
                 now_ms=now,
             )
         )
+        self.on_queued()
         return run_id, run
 
     async def get_run(self, name: str, access: Access, field: str = "name") -> RunRecord:
