@@ -14,16 +14,19 @@ runs/s ÷ the ideal 64 ÷ per-run model time (≥ 0.8 wanted); CPU ms/run is the
 (all its processes), "bench CPU" this process's (callers + fakes), which shares the machine.
 Callers spread over 32 channels, each its own connection: SO_REUSEPORT balances connections.
 
-`python -m bench.orchestrator_throughput --against COMMIT [--rounds N]` compares instead the
-shipped service of an older commit (`git archive` into a temp folder, its protos generated there,
-run on this venv with cwd and PYTHONPATH at that tree) with this tree's, one worker each, in N
-rounds (default 6) whose order alternates, and prints both cases' medians and their ratio."""
+`python -m bench.orchestrator_throughput --against COMMIT [--rounds N] [--seconds S]` compares
+instead the shipped service of an older commit (`git archive` into a temp folder, its protos
+generated there, run on this venv with cwd and PYTHONPATH at that tree) with this tree's, one
+worker each, both running side by side: per case, N pairs of S-second windows (default 12 of
+3 s) whose order alternates, and prints both trees' medians, their ratio and the median of the
+pairs' ratios."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -282,33 +285,50 @@ def _commit_tree(commit: str) -> Iterator[Path]:
         yield tree
 
 
-async def _compare(commit: str, rounds: int) -> dict[str, list[Row]]:
-    """`rounds` rounds of both trees' shipped service, one worker each; rows by tree."""
+async def _window(
+    target: Target, name: str, label: str, question: str, trips: int, seconds: float
+) -> Row:
+    """One measured window of one case on one running service."""
+    server_cpu, own_cpu = target.cpu_seconds(), process_cpu_seconds(os.getpid())
+    done, wall = await _closed_loop(target, question, seconds)
+    server_ms = (target.cpu_seconds() - server_cpu) * 1000 / done
+    own_ms = (process_cpu_seconds(os.getpid()) - own_cpu) * 1000 / done
+    return (name, label, done / wall, CONCURRENCY / (trips * LATENCY), server_ms, own_ms)
+
+
+async def _compare(commit: str, rounds: int, seconds: float) -> dict[str, list[Row]]:
+    """Both trees' shipped service running side by side, one worker each, warmed once; per
+    case, `rounds` pairs of measured windows, the order alternating pair by pair (ABBA…), so
+    that load drifting on the machine weighs on both alike and no round pays a start-up."""
     ms, rs = _script()
     before, after = f"before: {commit}", "after: this tree"
     rows: dict[str, list[Row]] = {before: [], after: []}
+    command = ["-m", "orchestrator_service"]
     with _commit_tree(commit) as old:
-        roots = {before: old, after: ROOT}
-        async with fakes(ms, rs, model_delay=LATENCY) as (model, retrieval):
-            for index in range(rounds):
-                # Alternate the order, so that load drifting on the machine weighs on both.
-                for name in (before, after) if index % 2 == 0 else (after, before):
-                    command = ["-m", "orchestrator_service"]
-                    async with _service(command, 1, model, retrieval, roots[name]) as target:
-                        measured = await _measure(target, name)
-                    rows[name].extend(measured)
-                    for _, label, rate, _, server_ms, _ in measured:
-                        print(f"round {index + 1} {name:<22} {label:<27} {server_ms:6.2f} ms/run "
-                              f"{rate:6.1f} runs/s", flush=True)  # fmt: skip
+        async with (
+            fakes(ms, rs, model_delay=LATENCY) as (model, retrieval),
+            _service(command, 1, model, retrieval, old) as old_target,
+            _service(command, 1, model, retrieval, ROOT) as new_target,
+        ):
+            targets = {before: old_target, after: new_target}
+            for label, question, trips in CASES:
+                for target in targets.values():  # every channel connected, past first Runs
+                    await _closed_loop(target, question, 1.5)
+                for index in range(rounds):
+                    for name in (before, after) if index % 2 == 0 else (after, before):
+                        row = await _window(targets[name], name, label, question, trips, seconds)
+                        rows[name].append(row)
+                        print(f"pair {index + 1:>2} {name:<22} {label:<27} {row[4]:6.2f} "
+                              f"ms/run {row[2]:6.1f} runs/s", flush=True)  # fmt: skip
     return rows
 
 
-def _report_comparison(commit: str, rows: dict[str, list[Row]]) -> None:
+def _report_comparison(commit: str, rows: dict[str, list[Row]], seconds: float) -> None:
     before, after = rows
     print(
         f"\n{CONCURRENCY} concurrent callers over {CHANNELS} channels, model latency "
-        f"{LATENCY * 1000:.0f} ms, {SECONDS:.0f} s per case, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.1f} at the end; medians over the rounds"
+        f"{LATENCY * 1000:.0f} ms, {seconds:.0f} s windows, {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; medians over the windows"
     )
     for label, _, _ in CASES:
 
@@ -316,20 +336,46 @@ def _report_comparison(commit: str, rows: dict[str, list[Row]]) -> None:
             return statistics.median(float(r[column]) for r in rows[name] if r[1] == label)
 
         old_ms, new_ms = median(before, 4), median(after, 4)
+        pairs = [
+            b[4] / a[4]
+            for a, b in zip(
+                (r for r in rows[before] if r[1] == label),
+                (r for r in rows[after] if r[1] == label),
+                strict=True,
+            )
+        ]
+        low, high = _median_interval(pairs)
         print(
             f"  {label}: orchestrator CPU/run {old_ms:.2f} ({commit}) → {new_ms:.2f} ms (this "
-            f"tree), ×{new_ms / old_ms:.3f}; runs/s {median(before, 2):.0f} → "
+            f"tree), ×{new_ms / old_ms:.3f}; median of the pairs' ratios "
+            f"×{statistics.median(pairs):.3f}, 95 % interval ×{low:.3f}–×{high:.3f} (pairs "
+            f"×{min(pairs):.2f}–×{max(pairs):.2f}); runs/s {median(before, 2):.0f} → "
             f"{median(after, 2):.0f}"
         )
+
+
+def _median_interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """A 95 % percentile-bootstrap interval of the median (seeded, so a report repeats)."""
+    draw = random.Random(0)
+    medians = sorted(
+        statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples)
+    )
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.orchestrator_throughput")
     parser.add_argument("--against", metavar="COMMIT", help="compare with this older commit")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds of --against (default 6)")
+    parser.add_argument(
+        "--rounds", type=int, default=12, help="--against: window pairs per case (default 12)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="--against: seconds per window (default 3)"
+    )
     args = parser.parse_args(argv or [])
     if args.against:
-        _report_comparison(args.against, asyncio.run(_compare(args.against, args.rounds)))
+        compared = asyncio.run(_compare(args.against, args.rounds, args.seconds))
+        _report_comparison(args.against, compared, args.seconds)
         return
     rows = asyncio.run(_run())
     load = os.getloadavg()[0]
