@@ -213,18 +213,24 @@ async def _closed_loop(target: Target, question: str, seconds: float) -> tuple[i
 Row = tuple[str, str, float, float, float, float]
 
 
+async def _window(
+    target: Target, name: str, label: str, question: str, trips: int, seconds: float
+) -> Row:
+    """One measured window of one case on one running service."""
+    server_cpu, own_cpu = target.cpu_seconds(), process_cpu_seconds(os.getpid())
+    done, wall = await _closed_loop(target, question, seconds)
+    server_ms = (target.cpu_seconds() - server_cpu) * 1000 / done
+    own_ms = (process_cpu_seconds(os.getpid()) - own_cpu) * 1000 / done
+    return (name, label, done / wall, CONCURRENCY / (trips * LATENCY), server_ms, own_ms)
+
+
 async def _measure(target: Target, variant: str) -> list[Row]:
     """One row per case: runs/s, the ideal, and the orchestrator's and this process's CPU."""
     rows: list[Row] = []
     for label, question, trips in CASES:
         # Warm-up: every channel connected, every worker past its first Runs.
         await _closed_loop(target, question, 1.5)
-        server_cpu, own_cpu = target.cpu_seconds(), process_cpu_seconds(os.getpid())
-        done, wall = await _closed_loop(target, question, SECONDS)
-        server_ms = (target.cpu_seconds() - server_cpu) * 1000 / done
-        own_ms = (process_cpu_seconds(os.getpid()) - own_cpu) * 1000 / done
-        ideal = CONCURRENCY / (trips * LATENCY)
-        rows.append((variant, label, done / wall, ideal, server_ms, own_ms))
+        rows.append(await _window(target, variant, label, question, trips, SECONDS))
     return rows
 
 
@@ -283,17 +289,6 @@ def _commit_tree(commit: str) -> Iterator[Path]:
         outside = [f for f in probe if not Path(f).resolve().is_relative_to(tree.resolve())]
         assert not outside, f"{commit}: imported {outside}, outside {tree}"
         yield tree
-
-
-async def _window(
-    target: Target, name: str, label: str, question: str, trips: int, seconds: float
-) -> Row:
-    """One measured window of one case on one running service."""
-    server_cpu, own_cpu = target.cpu_seconds(), process_cpu_seconds(os.getpid())
-    done, wall = await _closed_loop(target, question, seconds)
-    server_ms = (target.cpu_seconds() - server_cpu) * 1000 / done
-    own_ms = (process_cpu_seconds(os.getpid()) - own_cpu) * 1000 / done
-    return (name, label, done / wall, CONCURRENCY / (trips * LATENCY), server_ms, own_ms)
 
 
 async def _compare(commit: str, rounds: int, seconds: float) -> dict[str, list[Row]]:
