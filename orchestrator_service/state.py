@@ -44,9 +44,10 @@ class RagState(TypedDict, total=False):
 
 
 class RouteView(TypedDict, total=False):
-    """The keys the routers after classify, grade and rewrite read. A conditional edge reads
-    the keys of its function's annotation from the state on every run, so they take this
-    rather than RagState (docs/benchmarks.md#orchestrator_throughput)."""
+    """The keys the routers after classify, grade and rewrite read. Each router runs inside
+    its node (`graph._add_routed`) on these keys as the node's update leaves them, not as a
+    conditional edge, which would copy every channel of the state on every run
+    (docs/benchmarks.md#orchestrator_throughput)."""
 
     route: str | None
     complexity: str | None
