@@ -53,14 +53,13 @@ from shared.operations import (
     packed,
 )
 from shared.serve import status_code_for
+from shared.wakeup import IDLE_LOOK_SECONDS, Wakeup
 
 log = logging.getLogger(__name__)
 
 KIND: Final = "import_documents"
 #: Progress reaches the database at least this often while a job runs.
 SAVE_EVERY_SECONDS: Final = 2.0
-#: How often an idle worker looks for a queued or abandoned import.
-POLL_SECONDS: Final = 1.0
 MAX_REQUEST_ID_CHARS: Final = 128
 MAX_URIS: Final = 1000
 State = retrieval_pb2.ImportDocumentsMetadata.State
@@ -201,7 +200,10 @@ class Imports:
         on_states: Callable[[Mapping[OperationState, int]], None] | None = None,
         http: httpx.AsyncClient | None = None,
         draining: Draining | None = None,
+        poll_seconds: float = IDLE_LOOK_SECONDS,
     ) -> None:
+        """`poll_seconds`: how often an idle worker looks for an import it was not told of
+        (queued on another replica, or left by a dead one); one queued here wakes it at once."""
         self._store = store
         self._knowledge_bases = knowledge_bases
         self._ingestor = ingestor
@@ -217,6 +219,8 @@ class Imports:
         self._stopping = False
         self._running: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
+        self._poll = poll_seconds
+        self._wakeup = Wakeup()
 
     @property
     def stopping(self) -> bool:
@@ -268,6 +272,7 @@ class Imports:
             )
         )
         self.ensure_running()
+        self._wakeup.ring()
         log.info(
             "import %s %s into %s: %d uri(s)",
             record.name,
@@ -311,6 +316,7 @@ class Imports:
 
     async def _worker(self, index: int) -> None:
         while not self.stopping:
+            self._wakeup.arm()
             try:
                 claimed = await self._store.claim(KIND, self._owner, _now_ms(), self._lease_ms)
             except DomainError as error:  # the database is down: try again later
@@ -322,7 +328,7 @@ class Imports:
             if claimed is None:
                 if index == 0:  # one count per replica, not per worker
                     await self._report_states()
-                await asyncio.sleep(POLL_SECONDS)
+                await self._wakeup.wait(self._poll)
                 continue
             task = asyncio.create_task(self._run_as_job(claimed))
             self._running.add(task)

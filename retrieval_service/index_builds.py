@@ -38,12 +38,12 @@ from shared.operations import (
     packed,
 )
 from shared.serve import status_code_for
+from shared.wakeup import IDLE_LOOK_SECONDS, Wakeup
 
 log = logging.getLogger(__name__)
 
 KIND: Final = "create_index"
 SAVE_EVERY_SECONDS: Final = 2.0
-POLL_SECONDS: Final = 1.0
 
 
 def _now_ms() -> int:
@@ -139,7 +139,10 @@ class IndexBuilds:
         lease_seconds: float,
         draining: Draining | None = None,
         on_state: Callable[[], None] | None = None,
+        poll_seconds: float = IDLE_LOOK_SECONDS,
     ) -> None:
+        """`poll_seconds`: how often the idle runner looks for a build it was not told of
+        (queued on another replica, or left by a dead one); one queued here wakes it at once."""
         self._store = store
         self._indexes = indexes
         self._lease_ms = int(lease_seconds * 1000)
@@ -149,6 +152,8 @@ class IndexBuilds:
         self._runner: asyncio.Task[None] | None = None
         self._running: asyncio.Task[None] | None = None
         self._on_state = on_state
+        self._poll = poll_seconds
+        self._wakeup = Wakeup()
 
     @property
     def stopping(self) -> bool:
@@ -187,6 +192,7 @@ class IndexBuilds:
             await self._indexes.mark_failed(record)
             raise
         self.ensure_running()
+        self._wakeup.ring()
         log.info("index %s: build %s queued", record.name, created.name)
         return created
 
@@ -194,13 +200,14 @@ class IndexBuilds:
 
     async def _run_forever(self) -> None:
         while not self.stopping:
+            self._wakeup.arm()
             try:
                 claimed = await self._store.claim(KIND, self._owner, _now_ms(), self._lease_ms)
             except DomainError as error:
                 log.warning("index build runner: %s", error)
                 claimed = None
             if claimed is None:
-                await asyncio.sleep(POLL_SECONDS)
+                await self._wakeup.wait(self._poll)
                 continue
             if self.stopping:
                 await self._store.release(claimed.record.id, self._owner)

@@ -37,15 +37,11 @@ from shared.errors import (
 from shared.operations import OperationState, error_status_bytes
 from shared.serve import status_code_for
 from shared.sql.operations import ClaimedOperation, LeaseLost, SqlOperationStore
+from shared.wakeup import IDLE_LOOK_SECONDS, Wakeup
 
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_SECONDS: Final = 2.0
-#: How often an idle runner looks for runs it was not told of: those queued on another replica
-#: while its runner was busy, and those whose runner died (lease expired). A run queued here
-#: wakes the runner at once (`wake`). Each look is a query; once a second it was a sizeable
-#: part of an idle orchestrator's CPU (docs/benchmarks.md#orchestrator_throughput).
-POLL_SECONDS: Final = 5.0
 #: Failures of one item that do not say anything about the others.
 PASSING: Final = (DependencyUnavailable, DeadlineExceeded)
 
@@ -81,7 +77,7 @@ class EvaluationRunner:
         execute: ItemExecutor,
         *,
         lease_seconds: float = 30.0,
-        poll_seconds: float = POLL_SECONDS,
+        poll_seconds: float = IDLE_LOOK_SECONDS,
         on_item: Callable[[str], None] = lambda result: None,
         now_ms: Callable[[], int] = _now_ms,
     ) -> None:
@@ -95,15 +91,16 @@ class EvaluationRunner:
         self.owner = f"evaluation-{secrets.token_hex(6)}"
         self._task: asyncio.Task[None] | None = None
         self._current: str | None = None
-        self._queued = asyncio.Event()
+        self._wakeup = Wakeup()
 
     def start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="evaluation-runner")
 
     def wake(self) -> None:
-        """A run was queued in this process: look for it now rather than at the next poll."""
-        self._queued.set()
+        """A run was queued in this process: look for it now rather than at the next poll
+        (runs queued on another replica, or left by a dead one, wait for that)."""
+        self._wakeup.ring()
 
     async def stop(self) -> None:
         """Stops at once; the run in hand is given up (its lease released), so another
@@ -118,8 +115,7 @@ class EvaluationRunner:
 
     async def _loop(self) -> None:
         while True:
-            # Cleared before the look: a run queued during it wakes the wait below.
-            self._queued.clear()
+            self._wakeup.arm()
             try:
                 claimed = await self._operations.claim(
                     KIND, self.owner, self._now_ms(), self._lease_ms
@@ -128,8 +124,7 @@ class EvaluationRunner:
                 log.warning("evaluation runner cannot claim: %s", exc)
                 claimed = None
             if claimed is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._queued.wait(), self._poll)
+                await self._wakeup.wait(self._poll)
                 continue
             self._current = claimed.record.id
             try:
