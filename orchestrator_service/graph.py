@@ -104,20 +104,25 @@ def build_resume_conversation_graph() -> ConversationGraph:
 def _rag_workflow(schema: type[S]) -> StateGraph[S, RunContext, S, S]:
     """The main workflow from classify_complexity on (its START edge is the caller's)."""
     g = StateGraph(schema, context_schema=RunContext)
-    _add_routed(g, "classify_complexity", classify_complexity, route_after_classify)
+    _add_routed(
+        g,
+        "classify_complexity",
+        classify_complexity,
+        route_after_classify,
+        ("retrieve_initial", "prepare_sub_questions"),
+    )
     g.add_node("retrieve_initial", timed_node("retrieve_initial", retrieve_initial))
-    _add_routed(g, "grade_documents", grade_documents, route_after_grade)
-    _add_routed(g, "rewrite_question", rewrite_question, route_after_rewrite)
+    _add_routed(g, "grade_documents", grade_documents, route_after_grade, ("rewrite_question", END))
+    _add_routed(
+        g, "rewrite_question", rewrite_question, route_after_rewrite, ("retrieve_rewritten", END)
+    )
     g.add_node("retrieve_rewritten", timed_node("retrieve_rewritten", retrieve_rewritten))
-    _add_routed(g, "prepare_sub_questions", prepare_sub_questions, fan_out)
+    _add_routed(g, "prepare_sub_questions", prepare_sub_questions, fan_out, ("rag_sub_agent",))
     g.add_node("rag_sub_agent", timed_node("rag_sub_agent", rag_sub_agent))
     g.add_node("synthesis", timed_node("synthesis", synthesis))
 
-    # simple: classify → retrieve_initial | prepare_sub_questions (routed in the node)
     g.add_edge("retrieve_initial", "grade_documents")
-    # grade → rewrite_question | END; rewrite → retrieve_rewritten | END (routed in the node)
     g.add_edge("retrieve_rewritten", "grade_documents")
-    # complex: prepare_sub_questions → Send × n (routed in the node)
     g.add_edge("rag_sub_agent", "synthesis")
     g.add_edge("synthesis", END)
     return g
@@ -133,44 +138,34 @@ def _resume_workflow(schema: type[S]) -> StateGraph[S, RunContext, S, S]:
     return g
 
 
+#: What the routers read: `RouteView`'s keys, and the sub-questions `fan_out` sends.
+_ROUTER_KEYS = ("route", "complexity", "sub_questions")
+
+
 def _add_routed(
     g: StateGraph[S, RunContext, S, S],
     name: str,
     node: Callable[[S, Runtime[RunContext]], Awaitable[dict[str, Any]]],
     router: Callable[[Any], Awaitable[str | list[Send]]],
+    destinations: tuple[str, ...],
 ) -> None:
     """`node` followed by its conditional edge, taken inside the node: it returns a Command
     whose `goto` is `router` applied to the state as the node's update leaves it. The same
-    route as `add_conditional_edges(name, router)`, without the copy of every state channel
-    LangGraph makes to show a conditional edge the node's writes
+    route as `add_conditional_edges(name, router, destinations)`, without the copy of every
+    state channel LangGraph makes to show a conditional edge the node's writes, on every run
     (docs/benchmarks.md#orchestrator_throughput). The node stays a plain function of the state
-    returning its update; the routers read only the keys of `RouteView` (`fan_out` reads
-    `sub_questions`)."""
+    returning its update; `destinations` keep the drawn graph's branches."""
     timed = timed_node(name, node)
 
     async def routed(state: S, runtime: Runtime[RunContext]) -> Command[str]:
         update = await timed(state, runtime)
         return Command(update=update, goto=await router(_after(state, update)))
 
-    routed.__name__ = name
-    destinations = tuple(_DESTINATIONS[name])
     g.add_node(name, routed, destinations=destinations)
 
 
 def _after(state: Mapping[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """What a router reads: `RouteView`'s keys and the sub-questions, as `update` leaves them."""
     return {key: update[key] if key in update else state.get(key) for key in _ROUTER_KEYS}
-
-
-_ROUTER_KEYS = ("route", "complexity", "sub_questions")
-
-#: Where each routed node may go, as its router's annotation says (for the drawn graph).
-_DESTINATIONS: dict[str, tuple[str, ...]] = {
-    "classify_complexity": ("retrieve_initial", "prepare_sub_questions"),
-    "grade_documents": ("rewrite_question", END),
-    "rewrite_question": ("retrieve_rewritten", END),
-    "prepare_sub_questions": ("rag_sub_agent",),
-}
 
 
 def _condense_before(
